@@ -1,0 +1,120 @@
+"""vLLM entry points of vllm-rocm-aiter-plugin. Cheap to import: no torch, no vLLM at import time.
+
+- ``register`` (``vllm.general_plugins``): overrides ``ROCM_AITER_FA`` through vLLM's backend
+  registry with the plugin backend, once per process, as the activation policy decides.
+- ``platform_plugin`` (``vllm.platform_plugins``): returns the plugin's ``RocmPlatform`` subclass
+  only when a ROCm GPU is present; off-ROCm it costs one ``stat`` of ``/dev/kfd``.
+
+Neither raises: a failure is logged as a WARNING that says what is not active and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from vllm_rocm_aiter_plugin import policy
+from vllm_rocm_aiter_plugin._version import __version__
+from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+__all__ = ["__version__", "platform_plugin", "register"]
+
+_lock = threading.Lock()
+_registration_attempted = False
+_platform_decision_logged = False
+
+_KFD_DEVICE = "/dev/kfd"
+
+
+def register() -> None:
+    """``vllm.general_plugins`` entry point: override ``ROCM_AITER_FA`` (idempotent, never raises)."""
+    global _registration_attempted
+    with _lock:
+        if _registration_attempted:
+            return
+        _registration_attempted = True
+        try:
+            _register()
+        except Exception as exc:  # vLLM's loader must never see an exception from us
+            _log(
+                logging.WARNING,
+                "vllm-rocm-aiter-plugin could not register its ROCM_AITER_FA backend (%s: %s); "
+                "stock ROCM_AITER_FA stays in use and the pure-decode split fix is NOT active. "
+                "Run `vllm-rocm-aiter-plugin doctor` for details.",
+                type(exc).__name__,
+                exc,
+            )
+
+
+def _register() -> None:
+    from vllm import __version__ as vllm_version
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    switch, problem = policy.parse_switch(os.environ.get(policy.SWITCH_ENV))
+    if problem:
+        _log(logging.WARNING, "%s", problem)
+    backend = AttentionBackendEnum.ROCM_AITER_FA
+    decision = policy.decide_registration(vllm_version, switch, backend.get_path(), backend.value)
+    if decision.activate and backend.get_path() != policy.BACKEND_QUALNAME:
+        register_backend(backend, policy.BACKEND_QUALNAME)
+    _log(decision.level, "%s", decision.message)
+
+
+def platform_plugin() -> str | None:
+    """``vllm.platform_plugins`` entry point: the plugin platform's qualname on ROCm, else None."""
+    try:
+        switch, _ = policy.parse_switch(os.environ.get(policy.SWITCH_ENV))
+        if switch is policy.Switch.OFF or not os.path.exists(_KFD_DEVICE):
+            return None
+        decision = policy.decide_platform(switch, _rocm_gpu_present(), _other_platform_plugins())
+        _log_platform_decision_once(decision)
+        return policy.PLATFORM_QUALNAME if decision.activate else None
+    except Exception as exc:
+        _log(
+            logging.WARNING,
+            "vllm-rocm-aiter-plugin platform detection failed (%s: %s); vLLM's own platform "
+            "detection applies.",
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
+def _rocm_gpu_present() -> bool:
+    """vLLM's own ROCm probe (amdsmi), which does not import ``vllm.platforms.rocm``."""
+    from vllm.platforms import rocm_platform_plugin
+
+    return rocm_platform_plugin() is not None
+
+
+def _other_platform_plugins() -> list[str]:
+    """Other out-of-tree platform plugins that vLLM would load (installed and allowed)."""
+    from importlib.metadata import entry_points
+
+    allowlist = os.environ.get("VLLM_PLUGINS")
+    allowed = None if allowlist is None else {n.strip() for n in allowlist.split(",")}
+    return [
+        ep.name
+        for ep in entry_points(group="vllm.platform_plugins")
+        if ep.name != policy.PLUGIN_NAME and (allowed is None or ep.name in allowed)
+    ]
+
+
+def _log_platform_decision_once(decision: policy.Decision) -> None:
+    global _platform_decision_logged
+    with _lock:
+        if _platform_decision_logged:
+            return
+        _platform_decision_logged = True
+    _log(decision.level, "%s", decision.message)
+
+
+def _log(level: int, message: str, *args: object) -> None:
+    try:
+        from vllm.logger import init_logger
+
+        logger = init_logger(LOGGER_NAME)
+    except Exception:
+        logger = logging.getLogger(LOGGER_NAME)
+    logger.log(level, message, *args)

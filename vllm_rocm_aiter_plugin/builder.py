@@ -1,0 +1,71 @@
+"""The ROCM_AITER_FA metadata builder with the plugin's split: the only module that knows ``build()``.
+
+Deviation from stock: ``PluginAiterFlashAttentionMetadataBuilder.build`` is the installed vLLM's own
+``AiterFlashAttentionMetadataBuilder.build`` (same code object, so every upstream change to the body
+applies), evaluated in a private copy of its module namespace in which the single global name
+``split_decodes_prefills_and_extends`` resolves to :mod:`vllm_rocm_aiter_plugin.split`. Nothing in
+vLLM is modified: stock's builder and module keep the stock split.
+
+Why: vLLM 0.20.0-0.23.0's split asserts ``seq_lens_cpu_upper_bound is not None`` before its
+pure-decode return, so EAGLE under model-runner V2 crashes with ``AssertionError``; fixed upstream in
+0.24.0 by PR #44936. Removal: when the oldest supported vLLM is >= 0.24.0, drop this module and the
+backend override (see README, "Removal plan").
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+
+from vllm_rocm_aiter_plugin import split as plugin_split
+
+SPLIT_GLOBAL_NAME = "split_decodes_prefills_and_extends"
+
+
+class StockBuildNotRebindable(RuntimeError):
+    """The installed vLLM's ``build()`` no longer looks up the split as a module global."""
+
+
+def rebind_split(function: Callable[..., Any], split: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of ``function`` whose global ``split_decodes_prefills_and_extends`` is ``split``.
+
+    The copy shares ``function``'s code object, defaults and closure; only its globals differ (a
+    snapshot of the defining module's namespace with one name replaced). Raises
+    ``StockBuildNotRebindable`` if the code does not look the split up as a global.
+    """
+    code = function.__code__
+    if SPLIT_GLOBAL_NAME not in code.co_names or SPLIT_GLOBAL_NAME not in function.__globals__:
+        raise StockBuildNotRebindable(
+            f"{function.__module__}.{function.__qualname__} does not call "
+            f"{SPLIT_GLOBAL_NAME} through a module global"
+        )
+    namespace = dict(function.__globals__)
+    namespace[SPLIT_GLOBAL_NAME] = split
+    rebound = types.FunctionType(
+        code, namespace, function.__name__, function.__defaults__, function.__closure__
+    )
+    rebound.__kwdefaults__ = function.__kwdefaults__
+    rebound.__qualname__ = function.__qualname__
+    rebound.__doc__ = function.__doc__
+    rebound.__annotations__ = dict(function.__annotations__)
+    rebound.__wrapped__ = function  # type: ignore[attr-defined]
+    return rebound
+
+
+_stock_build_with_plugin_split = rebind_split(
+    AiterFlashAttentionMetadataBuilder.build, plugin_split.split_decodes_prefills_and_extends
+)
+
+
+class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
+    """vLLM's ROCM_AITER_FA metadata builder, splitting batches with the plugin's split.
+
+    Returns vLLM's own ``AiterFlashAttentionMetadata`` (EAGLE checks it with ``isinstance``).
+    Pure-decode batches, EAGLE's included, build without reading ``seq_lens_cpu_upper_bound`` and
+    without a device-to-host copy. See the module docstring for why and when this goes away.
+    """
+
+    build = _stock_build_with_plugin_split

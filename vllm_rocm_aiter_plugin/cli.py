@@ -1,0 +1,26 @@
+"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: the demo (default)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vllm-rocm-aiter-plugin",
+        description="Check and demonstrate the ROCM_AITER_FA pure-decode split fix.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("demo", help="show the bug and the fix on the installed vLLM (default)")
+    args = parser.parse_args(argv)
+    if args.command in (None, "demo"):
+        from vllm_rocm_aiter_plugin import demo
+
+        return demo.run()
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

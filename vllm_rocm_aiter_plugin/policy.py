@@ -1,0 +1,179 @@
+"""When the plugin activates: pure decisions over plain inputs (no vLLM, no torch imports).
+
+Every branch here is decided from strings and booleans so that each one is tested on CPU. The
+callers (``__init__``, the doctor) gather the inputs and log the decision.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+PLUGIN_NAME = "vllm_rocm_aiter_plugin"
+"""Entry-point name in both vLLM groups; this is what ``VLLM_PLUGINS`` must list."""
+
+SWITCH_ENV = "VLLM_ROCM_AITER_PLUGIN"
+"""Kill switch: ``0``/``false``/``off`` disables, ``force`` overrides the policy, unset = auto."""
+
+MIN_SUPPORTED_VLLM = (0, 20, 0)
+"""First release whose ROCM_AITER_FA builder and metadata the plugin knows."""
+
+NEWEST_TESTED_VLLM = (0, 33, 0)
+"""Newest release the test suite has passed against (see README, "Tested releases")."""
+
+LOGGER_NAME = "vllm.rocm_aiter_plugin"
+"""Under ``vllm.`` so vLLM's log handler, format and ``VLLM_LOGGING_LEVEL`` apply."""
+
+BACKEND_QUALNAME = "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"
+PLATFORM_QUALNAME = "vllm_rocm_aiter_plugin.platform.AiterRocmPlatform"
+
+
+class Switch(enum.Enum):
+    AUTO = "auto"
+    OFF = "off"
+    FORCE = "force"
+
+
+_OFF_VALUES = {"0", "false", "off", "no", "disable", "disabled"}
+_AUTO_VALUES = {"", "1", "true", "on", "yes", "auto"}
+
+
+def parse_switch(value: str | None) -> tuple[Switch, str | None]:
+    """Parse ``VLLM_ROCM_AITER_PLUGIN``; returns the switch and a problem message, if any."""
+    if value is None:
+        return Switch.AUTO, None
+    normalized = value.strip().lower()
+    if normalized in _OFF_VALUES:
+        return Switch.OFF, None
+    if normalized == "force":
+        return Switch.FORCE, None
+    if normalized in _AUTO_VALUES:
+        return Switch.AUTO, None
+    return Switch.AUTO, (
+        f"{SWITCH_ENV}={value!r} is not understood; using auto. "
+        f"Use 0 to disable, force to override the policy, or leave it unset."
+    )
+
+
+def parse_version(version: str) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of a vLLM version string such as ``0.23.0+rocm700``; None if odd."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def format_version(version: tuple[int, int, int]) -> str:
+    return ".".join(map(str, version))
+
+
+def in_tested_range(vllm_version: str) -> bool:
+    parsed = parse_version(vllm_version)
+    return parsed is not None and MIN_SUPPORTED_VLLM <= parsed <= NEWEST_TESTED_VLLM
+
+
+def plugin_allowed(vllm_plugins: str | None) -> bool:
+    """Whether vLLM's ``VLLM_PLUGINS`` allowlist (None = unset = all) lets this plugin load."""
+    if vllm_plugins is None:
+        return True
+    return PLUGIN_NAME in [name.strip() for name in vllm_plugins.split(",")]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do, and the one log line that says so."""
+
+    activate: bool
+    level: int
+    message: str
+
+
+def decide_registration(
+    vllm_version: str, switch: Switch, current_backend_path: str, stock_backend_path: str
+) -> Decision:
+    """Whether the general plugin overrides ``ROCM_AITER_FA``.
+
+    ``current_backend_path`` is what the registry resolves ROCM_AITER_FA to now;
+    ``stock_backend_path`` is vLLM's own class path for it.
+    """
+    if switch is Switch.OFF:
+        return Decision(
+            False, logging.INFO, f"{SWITCH_ENV} disables the plugin; ROCM_AITER_FA stays stock."
+        )
+    forced = switch is Switch.FORCE
+    if current_backend_path == BACKEND_QUALNAME:
+        return Decision(True, logging.DEBUG, "ROCM_AITER_FA already resolves to the plugin.")
+    if current_backend_path != stock_backend_path and not forced:
+        return Decision(
+            False,
+            logging.WARNING,
+            f"ROCM_AITER_FA is already overridden by {current_backend_path}; keeping it, so the "
+            f"plugin's split fix is NOT active. Set {SWITCH_ENV}=force to replace it.",
+        )
+    parsed = parse_version(vllm_version)
+    if parsed is None:
+        if forced:
+            return Decision(True, logging.WARNING, _forced(f"vLLM version {vllm_version!r} is unparsable"))
+        return Decision(
+            False,
+            logging.WARNING,
+            f"cannot parse the vLLM version {vllm_version!r}; not overriding ROCM_AITER_FA. "
+            f"Set {SWITCH_ENV}=force to override anyway.",
+        )
+    if parsed < MIN_SUPPORTED_VLLM:
+        if forced:
+            return Decision(True, logging.WARNING, _forced(f"vLLM {vllm_version} is below {_min()}"))
+        return Decision(
+            False,
+            logging.WARNING,
+            f"vLLM {vllm_version} is older than {_min()}, the oldest release this plugin "
+            f"supports; ROCM_AITER_FA stays stock (releases before {_min()} do not have the "
+            f"bug). Set {SWITCH_ENV}=force to override anyway.",
+        )
+    replaced = "" if current_backend_path == stock_backend_path else f" (replacing {current_backend_path})"
+    if parsed > NEWEST_TESTED_VLLM and not forced:
+        return Decision(
+            True,
+            logging.WARNING,
+            f"vLLM {vllm_version} is newer than {format_version(NEWEST_TESTED_VLLM)}, the newest "
+            f"release this plugin was tested with; overriding ROCM_AITER_FA anyway{replaced}. "
+            f"Set {SWITCH_ENV}=force to silence this warning, or {SWITCH_ENV}=0 to disable.",
+        )
+    return Decision(
+        True,
+        logging.INFO,
+        f"ROCM_AITER_FA -> {BACKEND_QUALNAME} (vLLM {vllm_version}; pure-decode split fix, "
+        f"vLLM PR #44936){replaced}.",
+    )
+
+
+def decide_platform(
+    switch: Switch, rocm_gpu_present: bool, other_platform_plugins: Iterable[str]
+) -> Decision:
+    """Whether the platform plugin returns its ``RocmPlatform`` subclass."""
+    if switch is Switch.OFF:
+        return Decision(False, logging.DEBUG, f"{SWITCH_ENV} disables the platform plugin.")
+    if not rocm_gpu_present:
+        return Decision(False, logging.DEBUG, "no ROCm GPU; the platform plugin stays inactive.")
+    others = sorted(other_platform_plugins)
+    if others:
+        return Decision(
+            False,
+            logging.WARNING,
+            f"another out-of-tree platform plugin is installed ({', '.join(others)}); vLLM allows "
+            f"only one, so {PLUGIN_NAME} steps aside. The ROCM_AITER_FA fix still applies; "
+            f"VLLM_ATTENTION_BACKEND is not honoured. Use --attention-backend instead.",
+        )
+    return Decision(True, logging.DEBUG, f"ROCm GPU found; platform -> {PLATFORM_QUALNAME}.")
+
+
+def _min() -> str:
+    return format_version(MIN_SUPPORTED_VLLM)
+
+
+def _forced(reason: str) -> str:
+    return f"{reason}, but {SWITCH_ENV}=force: overriding ROCM_AITER_FA anyway."

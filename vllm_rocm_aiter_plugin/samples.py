@@ -1,0 +1,210 @@
+"""Real vLLM objects for demos, probes, tests and benchmarks: a tiny offline VllmConfig and batches.
+
+Everything here builds the installed vLLM's own classes (``VllmConfig``,
+``CommonAttentionMetadata``, KV-cache specs); nothing is faked. The model is a tiny Llama
+``config.json`` written to a directory, so no hub access and no weights are needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from vllm.config import VllmConfig
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+NUM_HEADS = 8
+NUM_KV_HEADS = 2
+HEAD_SIZE = 128
+BLOCK_SIZE = 16
+MAX_MODEL_LEN = 16384
+
+_TINY_LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": NUM_HEADS * HEAD_SIZE,
+    "head_dim": HEAD_SIZE,
+    "intermediate_size": 2048,
+    "num_attention_heads": NUM_HEADS,
+    "num_key_value_heads": NUM_KV_HEADS,
+    "num_hidden_layers": 2,
+    "vocab_size": 1024,
+    "max_position_embeddings": MAX_MODEL_LEN,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
+
+
+def write_tiny_llama(directory: str | os.PathLike[str] | None = None) -> str:
+    """Write a tiny Llama ``config.json`` into ``directory`` (a new temp dir if None)."""
+    directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="tiny-llama-")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(_TINY_LLAMA, f)
+    return directory
+
+
+def tiny_vllm_config(
+    model_dir: str | None = None,
+    *,
+    num_speculative_tokens: int = 0,
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int = 65536,
+    dtype: str = "bfloat16",
+    device: str = "cpu",
+) -> VllmConfig:
+    """A real ``VllmConfig`` over a tiny Llama, built offline.
+
+    ``num_speculative_tokens > 0`` adds an n-gram speculative config (no draft model needed), which
+    raises the builder's ``reorder_batch_threshold`` to ``1 + num_speculative_tokens`` exactly as
+    EAGLE does.
+    """
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+
+    model_dir = model_dir or write_tiny_llama()
+    model_config = ModelConfig(
+        model=model_dir,
+        tokenizer=model_dir,
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        max_model_len=MAX_MODEL_LEN,
+    )
+    parallel_config = ParallelConfig()
+    speculative_config = None
+    if num_speculative_tokens:
+        speculative_config = SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=num_speculative_tokens,
+            prompt_lookup_max=4,
+            prompt_lookup_min=1,
+            target_model_config=model_config,
+            target_parallel_config=parallel_config,
+        )
+    return VllmConfig(
+        model_config=model_config,
+        cache_config=CacheConfig(block_size=BLOCK_SIZE),
+        parallel_config=parallel_config,
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=MAX_MODEL_LEN,
+            is_encoder_decoder=False,
+        ),
+        device_config=DeviceConfig(device=device),
+        speculative_config=speculative_config,
+    )
+
+
+def kv_cache_spec(vllm_config: VllmConfig, sliding_window: int | None = None) -> AttentionSpec:
+    """The KV-cache spec vLLM would give a full-attention (or sliding-window) layer."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    common = dict(
+        block_size=vllm_config.cache_config.block_size,
+        num_kv_heads=NUM_KV_HEADS,
+        head_size=HEAD_SIZE,
+        dtype=vllm_config.model_config.dtype,
+    )
+    if sliding_window is not None:
+        return SlidingWindowSpec(sliding_window=sliding_window, **common)
+    return FullAttentionSpec(**common)
+
+
+def has_seq_lens_upper_bound_field() -> bool:
+    """Whether the installed vLLM's ``CommonAttentionMetadata`` has ``seq_lens_cpu_upper_bound``."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    return "seq_lens_cpu_upper_bound" in {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+
+
+def make_batch(
+    query_lens: Sequence[int],
+    seq_lens: Sequence[int],
+    *,
+    device: str | torch.device = "cpu",
+    with_upper_bound: bool = True,
+    upper_bound_slack: Sequence[int] | None = None,
+    num_padding_tokens: int = 0,
+    max_query_len: int | None = None,
+    block_size: int = BLOCK_SIZE,
+) -> CommonAttentionMetadata:
+    """A real ``CommonAttentionMetadata`` for requests with the given query and sequence lengths.
+
+    ``with_upper_bound=False`` leaves ``seq_lens_cpu_upper_bound`` None, as model-runner V2 does for
+    EAGLE. ``upper_bound_slack`` adds per-row optimism to the upper bound (model-runner V2 bounds a
+    decode row's length by assuming every draft token is accepted). ``num_padding_tokens`` pads
+    ``num_actual_tokens`` past the last query offset, as CUDA-graph padding does.
+    """
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    if len(query_lens) != len(seq_lens):
+        raise ValueError("query_lens and seq_lens must have the same length")
+    num_reqs = len(query_lens)
+    query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
+    if num_reqs:
+        torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0, out=query_start_loc[1:])
+    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
+    num_tokens = int(query_start_loc[-1]) + num_padding_tokens
+
+    max_blocks = max([-(-s // block_size) for s in seq_lens] + [1])
+    block_table = torch.arange(num_reqs * max_blocks, dtype=torch.int32).reshape(num_reqs, max_blocks)
+    slots = []
+    for row, (q, s) in enumerate(zip(query_lens, seq_lens)):
+        positions = torch.arange(s - q, s)
+        slots.append(block_table[row, positions // block_size].long() * block_size + positions % block_size)
+    slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64)
+    if slots:
+        real = torch.cat(slots)
+        slot_mapping[: real.shape[0]] = real
+
+    kwargs: dict[str, Any] = dict(
+        query_start_loc=query_start_loc.to(device),
+        query_start_loc_cpu=query_start_loc,
+        seq_lens=seq_lens_cpu.to(device),
+        num_reqs=num_reqs,
+        num_actual_tokens=num_tokens,
+        max_query_len=max(query_lens, default=0) if max_query_len is None else max_query_len,
+        max_seq_len=max(seq_lens, default=0),
+        block_table_tensor=block_table.to(device),
+        slot_mapping=slot_mapping.to(device),
+    )
+    if has_seq_lens_upper_bound_field():
+        upper_bound = None
+        if with_upper_bound:
+            upper_bound = seq_lens_cpu.clone()
+            if upper_bound_slack is not None:
+                upper_bound += torch.tensor(upper_bound_slack, dtype=torch.int32)
+        kwargs["seq_lens_cpu_upper_bound"] = upper_bound
+    return CommonAttentionMetadata(**kwargs)
+
+
+def eagle_decode_batch(
+    num_reqs: int = 4, num_speculative_tokens: int = 3, context_len: int = 100, **kwargs: Any
+) -> CommonAttentionMetadata:
+    """The pure-decode batch model-runner V2 builds for EAGLE: each request verifies
+    ``1 + num_speculative_tokens`` tokens, and ``seq_lens_cpu_upper_bound`` is None."""
+    query_len = 1 + num_speculative_tokens
+    return make_batch(
+        [query_len] * num_reqs,
+        [context_len + query_len + 7 * i for i in range(num_reqs)],
+        with_upper_bound=False,
+        **kwargs,
+    )
