@@ -32,7 +32,9 @@ setup(
     install_requires=[],
     entry_points={
         "vllm.general_plugins": ["vllm_rocm_aiter_plugin = vllm_rocm_aiter_plugin:register"],
-        "vllm.platform_plugins": ["vllm_rocm_aiter_plugin = vllm_rocm_aiter_plugin:platform_plugin"],
+        "vllm.platform_plugins": [
+            "vllm_rocm_aiter_plugin = vllm_rocm_aiter_plugin:platform_plugin"
+        ],
         "console_scripts": ["vllm-rocm-aiter-plugin = vllm_rocm_aiter_plugin.cli:main"],
     },
     classifiers=[

@@ -42,9 +42,12 @@ def run(out: TextIO = sys.stdout) -> int:
         print(f"{label:<34} {value}", file=out)
 
     say("vllm-rocm-aiter-plugin", __version__)
-    say("vLLM", f"{vllm.__version__} (tested {policy.format_version(policy.MIN_SUPPORTED_VLLM)}"
+    say(
+        "vLLM",
+        f"{vllm.__version__} (tested {policy.format_version(policy.MIN_SUPPORTED_VLLM)}"
         f"-{policy.format_version(policy.NEWEST_TESTED_VLLM)}: "
-        f"{'yes' if policy.in_tested_range(vllm.__version__) else 'NO'})")
+        f"{'yes' if policy.in_tested_range(vllm.__version__) else 'NO'})",
+    )
     say("torch", torch.__version__)
     split_probe = probe.probe_stock_split()
     say("stock split affected", f"{'YES' if split_probe.affected else 'no'} ({split_probe.detail})")
@@ -57,8 +60,10 @@ def run(out: TextIO = sys.stdout) -> int:
 
     vllm_config = samples.tiny_vllm_config(num_speculative_tokens=3)
     batch = samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)
-    print("\nEAGLE pure-decode batch: 4 requests x 4 tokens, seq_lens_cpu_upper_bound=None", file=out)
-    stock_ok, stock_result = _build(AiterFlashAttentionMetadataBuilder, vllm_config, batch)
+    print(
+        "\nEAGLE pure-decode batch: 4 requests x 4 tokens, seq_lens_cpu_upper_bound=None", file=out
+    )
+    _, stock_result = _build(AiterFlashAttentionMetadataBuilder, vllm_config, batch)
     registered_builder = backend.get_class().get_builder_cls()
     plugin_ok, plugin_result = _build(registered_builder, vllm_config, batch)
     say("  vLLM's stock builder", stock_result)
@@ -69,7 +74,9 @@ def run(out: TextIO = sys.stdout) -> int:
     if fixed:
         verdict = "fix ACTIVE: ROCM_AITER_FA builds EAGLE pure-decode batches"
     elif not active:
-        verdict = "fix NOT active: ROCM_AITER_FA is not the plugin's (see the log above, or run doctor)"
+        verdict = (
+            "fix NOT active: ROCM_AITER_FA is not the plugin's (see the log above, or run doctor)"
+        )
     else:
         verdict = "fix NOT working: the plugin builder failed on the sample batch"
     print(f"\n{verdict}", file=out)

@@ -117,7 +117,9 @@ def decide_registration(
     parsed = parse_version(vllm_version)
     if parsed is None:
         if forced:
-            return Decision(True, logging.WARNING, _forced(f"vLLM version {vllm_version!r} is unparsable"))
+            return Decision(
+                True, logging.WARNING, _forced(f"vLLM version {vllm_version!r} is unparsable")
+            )
         return Decision(
             False,
             logging.WARNING,
@@ -126,7 +128,9 @@ def decide_registration(
         )
     if parsed < MIN_SUPPORTED_VLLM:
         if forced:
-            return Decision(True, logging.WARNING, _forced(f"vLLM {vllm_version} is below {_min()}"))
+            return Decision(
+                True, logging.WARNING, _forced(f"vLLM {vllm_version} is below {_min()}")
+            )
         return Decision(
             False,
             logging.WARNING,
@@ -134,7 +138,9 @@ def decide_registration(
             f"supports; ROCM_AITER_FA stays stock (releases before {_min()} do not have the "
             f"bug). Set {SWITCH_ENV}=force to override anyway.",
         )
-    replaced = "" if current_backend_path == stock_backend_path else f" (replacing {current_backend_path})"
+    replaced = (
+        "" if current_backend_path == stock_backend_path else f" (replacing {current_backend_path})"
+    )
     if parsed > NEWEST_TESTED_VLLM and not forced:
         return Decision(
             True,

@@ -28,7 +28,9 @@ def probe_stock_split() -> SplitProbe:
     try:
         counts = stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=4)
     except Exception as exc:
-        return SplitProbe(True, f"stock split raises {type(exc).__name__} on an EAGLE pure-decode batch")
+        return SplitProbe(
+            True, f"stock split raises {type(exc).__name__} on an EAGLE pure-decode batch"
+        )
     return SplitProbe(False, f"stock split returns {tuple(int(c) for c in counts)}")
 
 
@@ -67,6 +69,4 @@ def resolve_in_fresh_process(
     for line in proc.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
             return json.loads(line[len("@@RESULT@@") :])
-    raise RuntimeError(
-        f"resolution probe exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"
-    )
+    raise RuntimeError(f"resolution probe exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")

@@ -131,7 +131,9 @@ def has_seq_lens_upper_bound_field() -> bool:
     """Whether the installed vLLM's ``CommonAttentionMetadata`` has ``seq_lens_cpu_upper_bound``."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
-    return "seq_lens_cpu_upper_bound" in {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    return "seq_lens_cpu_upper_bound" in {
+        f.name for f in dataclasses.fields(CommonAttentionMetadata)
+    }
 
 
 def make_batch(
@@ -165,11 +167,15 @@ def make_batch(
     num_tokens = int(query_start_loc[-1]) + num_padding_tokens
 
     max_blocks = max([-(-s // block_size) for s in seq_lens] + [1])
-    block_table = torch.arange(num_reqs * max_blocks, dtype=torch.int32).reshape(num_reqs, max_blocks)
+    block_table = torch.arange(num_reqs * max_blocks, dtype=torch.int32).reshape(
+        num_reqs, max_blocks
+    )
     slots = []
-    for row, (q, s) in enumerate(zip(query_lens, seq_lens)):
+    for row, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True)):
         positions = torch.arange(s - q, s)
-        slots.append(block_table[row, positions // block_size].long() * block_size + positions % block_size)
+        slots.append(
+            block_table[row, positions // block_size].long() * block_size + positions % block_size
+        )
     slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64)
     if slots:
         real = torch.cat(slots)

@@ -1,0 +1,74 @@
+"""Per-vLLM-version environments: torch 2.13.0 (CPU), the vLLM wheel with --no-deps, pinned deps.
+
+Sessions:
+  demo                 the main job on the newest tested vLLM (python -m vllm_rocm_aiter_plugin)
+  tests                the CPU suite against each CI vLLM release (0.23.0 buggy, 0.33.0 newest)
+  lint                 ruff
+  compat               the CPU suite against every release 0.20.0-0.33.0 in one environment,
+                       swapping vLLM with --no-deps; writes compat/results.md (see scripts/compat.py)
+  bench                benchmarks/bench_builder.py against the newest vLLM
+Pass extra pytest arguments after --, e.g. ``scripts/nox -s tests -- -k split``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.sessions = ["lint", "tests"]
+
+TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")
+CI_VLLM = ["0.23.0", "0.33.0"]
+NEWEST_VLLM = CI_VLLM[-1]
+ALL_VLLM = [
+    "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
+    "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+    "0.33.0",
+]  # fmt: skip
+QUIET = ["--quiet", "--disable-pip-version-check"]
+
+
+def install_stack(session: nox.Session, vllm_version: str) -> None:
+    """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and the plugin."""
+    session.install(*QUIET, TORCH)
+    session.install(*QUIET, "-r", "requirements/vllm-cpu.txt", "-r", "requirements/test.txt")
+    session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
+    session.install(*QUIET, "--no-deps", "-e", ".")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    install_stack(session, NEWEST_VLLM)
+    session.run("python", "-m", "vllm_rocm_aiter_plugin", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("vllm", CI_VLLM)
+def tests(session: nox.Session, vllm: str) -> None:
+    install_stack(session, vllm)
+    junit = os.path.join(session.create_tmp(), f"junit-vllm-{vllm}.xml")
+    os.makedirs("build", exist_ok=True)
+    session.run("pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *session.posargs)
+    session.run("python", "scripts/junit_summary.py", junit, f"build/junit-vllm-{vllm}.xml")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install(*QUIET, "-r", "requirements/test.txt")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def compat(session: nox.Session) -> None:
+    versions = session.posargs or ALL_VLLM
+    install_stack(session, versions[-1])
+    session.run("python", "scripts/compat.py", *versions)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    install_stack(session, NEWEST_VLLM)
+    session.run("python", "benchmarks/bench_builder.py", *session.posargs)

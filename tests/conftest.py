@@ -1,0 +1,118 @@
+"""Shared fixtures over the real vLLM wheel, and the guard that refuses fake vLLM modules.
+
+Hardware tiers (tests/gpu, tests/rocm) gate themselves through ``hardware.require``; with
+``--require-hardware`` (or ``VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE=1``) every hardware skip
+becomes a failure, so a misconfigured GPU runner cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REQUIRE_HARDWARE_ENV = "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-hardware",
+        action="store_true",
+        default=os.environ.get(REQUIRE_HARDWARE_ENV, "") not in ("", "0", "false"),
+        help=(
+            "turn every hardware skip (no GPU, not ROCm, not MI300-class, no aiter) into a "
+            f"failure; also set by {REQUIRE_HARDWARE_ENV}=1"
+        ),
+    )
+
+
+def _assert_real_vllm() -> None:
+    """Fail the session if ``vllm`` is not the installed wheel (a mock or a stub module)."""
+    import vllm
+    import vllm.v1.attention.backends.registry as registry
+    import vllm.v1.attention.backends.rocm_aiter_fa as rocm_aiter_fa
+
+    dist = importlib.metadata.distribution("vllm")
+    dist_root = Path(str(dist.locate_file(""))).resolve()
+    for module in (vllm, registry, rocm_aiter_fa):
+        file = getattr(module, "__file__", None)
+        if type(module) is not types.ModuleType or not file:
+            raise pytest.UsageError(
+                f"{module!r} is not a real module; tests must use the vLLM wheel"
+            )
+        if dist_root not in Path(file).resolve().parents:
+            raise pytest.UsageError(f"{module.__name__} comes from {file}, not the installed vLLM")
+    if vllm.__version__ != dist.version:
+        raise pytest.UsageError(f"vllm.__version__ {vllm.__version__} != installed {dist.version}")
+    fakes = [
+        name
+        for name, module in sys.modules.items()
+        if name.split(".")[0] == "vllm"
+        and module is not None
+        and not isinstance(module, types.ModuleType)
+    ]
+    if fakes:
+        raise pytest.UsageError(f"fake vLLM modules in sys.modules: {fakes}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _assert_real_vllm()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _assert_real_vllm()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import torch
+    import vllm
+
+    return [f"vllm {vllm.__version__}, torch {torch.__version__}"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from vllm_rocm_aiter_plugin import samples
+
+    return samples.write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def vllm_config(tiny_model_dir: str):
+    """A real VllmConfig, no speculation: the builder's reorder threshold is 1."""
+    from vllm_rocm_aiter_plugin import samples
+
+    return samples.tiny_vllm_config(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def eagle_vllm_config(tiny_model_dir: str):
+    """A real VllmConfig with 3 speculative tokens: the builder's reorder threshold is 4."""
+    from vllm_rocm_aiter_plugin import samples
+
+    return samples.tiny_vllm_config(tiny_model_dir, num_speculative_tokens=3)
+
+
+@pytest.fixture
+def caplog_vllm(caplog: pytest.LogCaptureFixture):
+    """``caplog`` that also sees records of vLLM's loggers (which do not propagate to root)."""
+    import logging
+
+    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+    logger = logging.getLogger(LOGGER_NAME)
+    reaches_root, node = True, logger
+    while node is not None and node.parent is not None:
+        reaches_root = reaches_root and node.propagate
+        node = node.parent
+    caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
+    if not reaches_root:
+        logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)

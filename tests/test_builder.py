@@ -1,0 +1,189 @@
+"""The plugin builder on a real VllmConfig, against vLLM's stock builder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from vllm.v1.attention.backends import rocm_aiter_fa
+from vllm.v1.attention.backends import utils as stock_utils
+from vllm.v1.attention.backends.rocm_aiter_fa import (
+    AiterFlashAttentionBackend,
+    AiterFlashAttentionMetadata,
+    AiterFlashAttentionMetadataBuilder,
+)
+
+from tests import vllm_releases
+from tests.batches import BatchSpec, reordered_batches
+from tests.metadata_compare import assert_same_metadata
+from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
+from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
+from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+
+pytestmark = pytest.mark.cpu
+
+
+def _builder(cls, vllm_config, device="cpu"):
+    return cls(samples.kv_cache_spec(vllm_config), [], vllm_config, torch.device(device))
+
+
+def _build(cls, vllm_config, batch):
+    with unpinned_host_memory():  # the extend path pins host buffers; no pinning without a GPU
+        return _builder(cls, vllm_config).build(common_prefix_len=0, common_attn_metadata=batch)
+
+
+def _stock_or_error(vllm_config, batch):
+    try:
+        return _build(AiterFlashAttentionMetadataBuilder, vllm_config, batch), None
+    except AssertionError as exc:
+        return None, exc
+
+
+def test_thresholds_come_from_the_real_config(vllm_config, eagle_vllm_config):
+    assert (
+        _builder(PluginAiterFlashAttentionMetadataBuilder, vllm_config).reorder_batch_threshold == 1
+    )
+    assert (
+        _builder(
+            PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config
+        ).reorder_batch_threshold
+        == 4
+    )
+
+
+@pytest.mark.parametrize("config_name, query_len", [("vllm_config", 1), ("eagle_vllm_config", 4)])
+def test_pure_decode_without_upper_bound(request, config_name, query_len):
+    vllm_config = request.getfixturevalue(config_name)
+    batch = samples.make_batch(
+        [query_len] * 6, [30 + 9 * i for i in range(6)], with_upper_bound=False
+    )
+    meta = _build(PluginAiterFlashAttentionMetadataBuilder, vllm_config, batch)
+    assert type(meta) is AiterFlashAttentionMetadata
+    assert (meta.num_decodes, meta.num_extends, meta.num_prefills) == (6, 0, 0)
+    assert meta.num_decode_tokens == 6 * query_len and meta.num_extend_tokens == 0
+    assert meta.decode_metadata is not None and meta.decode_metadata.max_query_len == query_len
+    assert meta.prefill_metadata is None and meta.extend_metadata is None
+    assert meta.seq_lens is batch.seq_lens and meta.block_table is batch.block_table_tensor
+    stock, error = _stock_or_error(vllm_config, batch)
+    if error is None:
+        assert_same_metadata(meta, stock)
+
+
+def test_the_real_bug(eagle_vllm_config):
+    """Stock vLLM crashes on EAGLE's pure-decode batch exactly on the affected releases."""
+    batch = samples.eagle_decode_batch(num_reqs=8, num_speculative_tokens=3)
+    _, error = _stock_or_error(eagle_vllm_config, batch)
+    if vllm_releases.installed_is_affected():
+        assert isinstance(error, AssertionError), "stock builder should crash on this release"
+    else:
+        assert error is None, f"stock builder crashed on an unaffected release: {error!r}"
+    meta = _build(PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config, batch)
+    assert meta.num_decodes == batch.num_reqs == 8
+    assert meta.num_decode_tokens == 32 and meta.decode_metadata.max_query_len == 4
+
+
+def test_cudagraph_capture_build_uses_plugin_split(eagle_vllm_config):
+    batch = samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)
+    meta = _builder(
+        PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config
+    ).build_for_cudagraph_capture(batch)
+    assert meta.num_decodes == 4 and meta.decode_metadata.max_query_len == 4
+
+
+def test_pure_decode_build_makes_no_host_copy(eagle_vllm_config):
+    """Device tensors on `meta`: a .cpu()/.item()/.tolist() on any of them would raise."""
+    batch = samples.make_batch([4, 4, 3], [40, 50, 60], device="meta", with_upper_bound=False)
+    meta = _builder(PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(
+        0, batch
+    )
+    assert meta.num_decodes == 3 and meta.num_decode_tokens == 11
+    mixed = samples.make_batch([1, 6], [40, 6], device="meta", with_upper_bound=False)
+    with pytest.raises(NotImplementedError):  # control: the mixed path copies seq_lens to the host
+        _builder(PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(
+            0, mixed
+        )
+
+
+SAME_AS_STOCK = [
+    ("prefill-only", "vllm_config", [7, 12, 3], [7, 12, 3]),
+    ("decode+prefill", "vllm_config", [1, 1, 1, 9, 5], [40, 17, 88, 9, 5]),
+    ("extend-only", "vllm_config", [5, 9], [500, 3000]),
+    ("decode+extend+prefill", "vllm_config", [1, 1, 6, 30, 9, 5], [40, 17, 600, 2100, 9, 5]),
+    (
+        "eagle decode+short prompt+prefill",
+        "eagle_vllm_config",
+        [4, 2, 9, 2, 16],
+        [40, 17, 9, 2, 16],
+    ),
+    ("eagle all regions", "eagle_vllm_config", [4, 3, 2, 9, 6, 2, 5], [50, 60, 70, 900, 6, 2, 5]),
+]
+
+
+@pytest.mark.parametrize(
+    "config_name, query_lens, seq_lens",
+    [c[1:] for c in SAME_AS_STOCK],
+    ids=[c[0] for c in SAME_AS_STOCK],
+)
+def test_same_metadata_as_stock(request, config_name, query_lens, seq_lens):
+    vllm_config = request.getfixturevalue(config_name)
+    batch = samples.make_batch(query_lens, seq_lens)
+    plugin = _build(PluginAiterFlashAttentionMetadataBuilder, vllm_config, batch)
+    stock = _build(AiterFlashAttentionMetadataBuilder, vllm_config, batch)
+    assert_same_metadata(plugin, stock)
+
+
+@pytest.fixture(scope="module")
+def builders_by_threshold(tiny_model_dir):
+    """Stock and plugin builders for speculative-token counts 0, 1, 3 and 7 (thresholds 1, 2, 4, 8)."""
+    result = {}
+    for spec_tokens in (0, 1, 3, 7):
+        config = samples.tiny_vllm_config(tiny_model_dir, num_speculative_tokens=spec_tokens)
+        stock = _builder(AiterFlashAttentionMetadataBuilder, config)
+        plugin = _builder(PluginAiterFlashAttentionMetadataBuilder, config)
+        assert stock.reorder_batch_threshold == plugin.reorder_batch_threshold == 1 + spec_tokens
+        result[1 + spec_tokens] = (stock, plugin)
+    return result
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(spec=reordered_batches(thresholds=(1, 8)).filter(lambda b: b.threshold in (1, 2, 4, 8)))
+def test_same_metadata_as_stock_on_random_reordered_batches(builders_by_threshold, spec: BatchSpec):
+    stock_builder, plugin_builder = builders_by_threshold[spec.threshold]
+    batch = samples.make_batch(
+        spec.query_lens,
+        spec.seq_lens,
+        upper_bound_slack=spec.upper_bound_slack,
+        num_padding_tokens=spec.num_padding_tokens,
+    )
+    with unpinned_host_memory():
+        stock = stock_builder.build(0, batch)
+        plugin = plugin_builder.build(0, batch)
+    assert_same_metadata(plugin, stock)
+
+
+def test_backend_and_builder_are_subclasses_of_vllm():
+    assert issubclass(PluginAiterFlashAttentionBackend, AiterFlashAttentionBackend)
+    assert (
+        PluginAiterFlashAttentionBackend.get_builder_cls()
+        is PluginAiterFlashAttentionMetadataBuilder
+    )
+    assert issubclass(PluginAiterFlashAttentionMetadataBuilder, AiterFlashAttentionMetadataBuilder)
+    assert PluginAiterFlashAttentionBackend.get_name() == AiterFlashAttentionBackend.get_name()
+    assert (
+        PluginAiterFlashAttentionBackend.get_impl_cls() is AiterFlashAttentionBackend.get_impl_cls()
+    )
+
+
+def test_build_is_stock_code_and_vllm_is_untouched():
+    """The plugin's build() runs vLLM's own build code; vLLM's module and class keep stock's split."""
+    plugin_build = PluginAiterFlashAttentionMetadataBuilder.build
+    assert plugin_build.__code__ is AiterFlashAttentionMetadataBuilder.build.__code__
+    assert plugin_build.__globals__ is not rocm_aiter_fa.__dict__
+    assert (
+        rocm_aiter_fa.split_decodes_prefills_and_extends
+        is stock_utils.split_decodes_prefills_and_extends
+    )
+    assert AiterFlashAttentionBackend.get_builder_cls() is AiterFlashAttentionMetadataBuilder

@@ -1,0 +1,49 @@
+"""The main job: ``python -m vllm_rocm_aiter_plugin`` on the installed vLLM, in a fresh process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import vllm_releases
+from tests.subprocess_util import REPO_ROOT
+
+pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
+
+
+def _demo(env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN")
+    }
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_aiter_plugin"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_demo_shows_the_fix_active():
+    proc = _demo()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    affected = vllm_releases.installed_is_affected()
+    assert f"stock split affected               {'YES' if affected else 'no'}" in out
+    assert "PluginAiterFlashAttentionBackend (plugin)" in out
+    assert ("AssertionError" in out) is affected
+    assert "num_decodes=4, num_extends=0, num_prefills=0, num_decode_tokens=16" in out
+    assert "fix ACTIVE" in out
+
+
+def test_demo_fails_when_the_plugin_is_disabled():
+    proc = _demo({"VLLM_ROCM_AITER_PLUGIN": "0"})
+    assert proc.returncode == 1
+    assert "NOT the plugin" in proc.stdout and "fix NOT active" in proc.stdout

@@ -1,0 +1,138 @@
+"""Every branch of the activation policy, decided from plain inputs."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from vllm_rocm_aiter_plugin import policy
+from vllm_rocm_aiter_plugin.policy import Switch, decide_platform, decide_registration
+
+pytestmark = pytest.mark.cpu
+
+OURS = policy.BACKEND_QUALNAME
+STOCK = "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend"
+THEIRS = "other_pkg.TheirBackend"
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, Switch.AUTO),
+        ("", Switch.AUTO),
+        ("1", Switch.AUTO),
+        ("auto", Switch.AUTO),
+        ("0", Switch.OFF),
+        ("false", Switch.OFF),
+        ("OFF", Switch.OFF),
+        (" no ", Switch.OFF),
+        ("force", Switch.FORCE),
+        ("FORCE", Switch.FORCE),
+    ],
+)
+def test_parse_switch(value, expected):
+    assert policy.parse_switch(value) == (expected, None)
+
+
+def test_parse_switch_rejects_nonsense_loudly():
+    switch, problem = policy.parse_switch("maybe")
+    assert switch is Switch.AUTO and "VLLM_ROCM_AITER_PLUGIN='maybe' is not understood" in problem
+
+
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("0.23.0", (0, 23, 0)),
+        ("0.23.0+rocm700", (0, 23, 0)),
+        ("0.24.1.dev12+gabc", (0, 24, 1)),
+        ("0.33", (0, 33, 0)),
+        ("v0.20.2", (0, 20, 2)),
+        ("dev", None),
+    ],
+)
+def test_parse_version(version, expected):
+    assert policy.parse_version(version) == expected
+
+
+@pytest.mark.parametrize("version", ["0.20.0", "0.23.0", "0.23.0+rocm700", "0.33.0"])
+def test_registers_inside_tested_range(version):
+    decision = decide_registration(version, Switch.AUTO, STOCK, STOCK)
+    assert decision.activate and decision.level == logging.INFO
+    assert "PR #44936" in decision.message
+
+
+@pytest.mark.parametrize("version", ["0.19.1", "0.18.0", "0.9.2"])
+def test_refuses_below_minimum(version):
+    decision = decide_registration(version, Switch.AUTO, STOCK, STOCK)
+    assert not decision.activate and decision.level == logging.WARNING
+    assert f"vLLM {version} is older than 0.20.0" in decision.message
+    assert "VLLM_ROCM_AITER_PLUGIN=force" in decision.message
+
+
+def test_force_overrides_the_minimum():
+    decision = decide_registration("0.19.1", Switch.FORCE, STOCK, STOCK)
+    assert decision.activate and decision.level == logging.WARNING
+
+
+def test_newer_than_tested_registers_with_warning_that_says_how_to_silence():
+    decision = decide_registration("0.34.0", Switch.AUTO, STOCK, STOCK)
+    assert decision.activate and decision.level == logging.WARNING
+    assert (
+        "newer than 0.33.0" in decision.message
+        and "VLLM_ROCM_AITER_PLUGIN=force" in decision.message
+    )
+    forced = decide_registration("0.34.0", Switch.FORCE, STOCK, STOCK)
+    assert forced.activate and forced.level == logging.INFO
+
+
+@pytest.mark.parametrize("version", ["0.23.0", "0.19.0", "0.40.0"])
+def test_kill_switch_wins_everywhere(version):
+    decision = decide_registration(version, Switch.OFF, STOCK, STOCK)
+    assert not decision.activate
+
+
+def test_keeps_another_packages_override_unless_forced():
+    kept = decide_registration("0.23.0", Switch.AUTO, THEIRS, STOCK)
+    assert not kept.activate and kept.level == logging.WARNING and THEIRS in kept.message
+    forced = decide_registration("0.23.0", Switch.FORCE, THEIRS, STOCK)
+    assert forced.activate and f"replacing {THEIRS}" in forced.message
+
+
+def test_already_ours_is_a_quiet_no_op():
+    decision = decide_registration("0.23.0", Switch.AUTO, OURS, STOCK)
+    assert decision.activate and decision.level == logging.DEBUG
+
+
+def test_unparsable_version_needs_force():
+    assert not decide_registration("weird", Switch.AUTO, STOCK, STOCK).activate
+    assert decide_registration("weird", Switch.FORCE, STOCK, STOCK).activate
+
+
+def test_platform_decisions():
+    assert decide_platform(Switch.AUTO, True, []).activate
+    assert not decide_platform(Switch.AUTO, False, []).activate
+    assert not decide_platform(Switch.OFF, True, []).activate
+    other = decide_platform(Switch.AUTO, True, ["neuron_plugin"])
+    assert (
+        not other.activate and other.level == logging.WARNING and "neuron_plugin" in other.message
+    )
+
+
+@pytest.mark.parametrize(
+    "allowlist, allowed",
+    [
+        (None, True),
+        ("vllm_rocm_aiter_plugin", True),
+        ("a, vllm_rocm_aiter_plugin", True),
+        ("a,b", False),
+        ("", False),
+    ],
+)
+def test_vllm_plugins_allowlist(allowlist, allowed):
+    assert policy.plugin_allowed(allowlist) is allowed
+
+
+def test_tested_range():
+    assert policy.in_tested_range("0.20.0") and policy.in_tested_range("0.33.0+rocm")
+    assert not policy.in_tested_range("0.19.1") and not policy.in_tested_range("0.34.0")

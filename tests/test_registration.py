@@ -1,0 +1,152 @@
+"""Entry points through vLLM's own plugin loader, each scenario in a fresh interpreter."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from tests.subprocess_util import run_child
+from vllm_rocm_aiter_plugin import policy
+
+pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
+
+PLUGIN_BACKEND = "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"
+STOCK_BACKEND = "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend"
+
+RESOLVE = """
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+backend = AttentionBackendEnum.ROCM_AITER_FA
+cls = backend.get_class()
+report({"path": backend.get_path(), "class": f"{cls.__module__}.{cls.__qualname__}",
+        "builder": backend.get_class().get_builder_cls().__name__})
+"""
+
+
+def _activation_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "ROCM_AITER_FA -> " + PLUGIN_BACKEND in line]
+
+
+def test_entry_points_are_installed():
+    general = {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group="vllm.general_plugins")
+    }
+    platform = {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group="vllm.platform_plugins")
+    }
+    assert general.get(policy.PLUGIN_NAME) == "vllm_rocm_aiter_plugin:register"
+    assert platform.get(policy.PLUGIN_NAME) == "vllm_rocm_aiter_plugin:platform_plugin"
+
+
+def test_default_resolves_to_plugin_with_one_info_line():
+    child = run_child(RESOLVE)
+    assert child.result == {
+        "path": PLUGIN_BACKEND,
+        "class": PLUGIN_BACKEND,
+        "builder": "PluginAiterFlashAttentionMetadataBuilder",
+    }
+    lines = _activation_lines(child.output)
+    assert len(lines) == 1 and "INFO" in lines[0], child.output[-3000:]
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"VLLM_PLUGINS": policy.PLUGIN_NAME}, PLUGIN_BACKEND),
+        ({"VLLM_PLUGINS": "some_other_plugin"}, STOCK_BACKEND),
+        ({"VLLM_PLUGINS": ""}, STOCK_BACKEND),
+        ({"VLLM_ROCM_AITER_PLUGIN": "0"}, STOCK_BACKEND),
+        ({"VLLM_ROCM_AITER_PLUGIN": "off"}, STOCK_BACKEND),
+        ({"VLLM_ROCM_AITER_PLUGIN": "1"}, PLUGIN_BACKEND),
+    ],
+    ids=[
+        "allowlisted",
+        "not-allowlisted",
+        "empty-allowlist",
+        "kill-switch-0",
+        "kill-switch-off",
+        "switch-1",
+    ],
+)
+def test_enable_and_disable(env, expected):
+    child = run_child(RESOLVE, env)
+    assert child.result["path"] == expected
+    assert child.result["class"] == expected
+    if expected == STOCK_BACKEND:
+        assert child.result["builder"] == "AiterFlashAttentionMetadataBuilder"
+        assert not _activation_lines(child.output)
+
+
+def test_spawned_child_process_sees_the_override():
+    child = run_child(
+        """
+        import multiprocessing
+        from vllm.plugins import load_general_plugins
+        from tests.spawn_worker import resolve_rocm_aiter_fa
+        load_general_plugins()
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        proc = ctx.Process(target=resolve_rocm_aiter_fa, args=(queue,))
+        proc.start()
+        path = queue.get(timeout=240)
+        proc.join(timeout=60)
+        report({"child": path, "exitcode": proc.exitcode})
+        """
+    )
+    assert child.result == {"child": PLUGIN_BACKEND, "exitcode": 0}
+
+
+def test_registering_many_times_leaves_one_override():
+    child = run_child(
+        """
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        import vllm_rocm_aiter_plugin
+        for _ in range(100):
+            vllm_rocm_aiter_plugin.register()
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        def path(backend):
+            try:
+                return backend.get_path()
+            except ValueError:  # placeholder members with no class until registered
+                return None
+        ours = [b.name for b in AttentionBackendEnum
+                if path(b) == "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"]
+        report({"ours": ours, "overridden": AttentionBackendEnum.ROCM_AITER_FA.is_overridden()})
+        """
+    )
+    assert child.result == {"ours": ["ROCM_AITER_FA"], "overridden": True}
+    assert len(_activation_lines(child.output)) == 1
+
+
+def test_platform_plugin_is_inactive_off_rocm():
+    child = run_child(
+        """
+        import vllm_rocm_aiter_plugin
+        direct = vllm_rocm_aiter_plugin.platform_plugin()
+        from vllm.platforms import current_platform
+        report({"direct": direct, "platform": type(current_platform).__module__})
+        """
+    )
+    assert child.result["direct"] is None
+    assert not child.result["platform"].startswith("vllm_rocm_aiter_plugin")
+
+
+def test_existing_override_is_kept_with_a_warning():
+    code = """
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+        register_backend(AttentionBackendEnum.ROCM_AITER_FA, "other_pkg.backend.TheirBackend")
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        report({"path": AttentionBackendEnum.ROCM_AITER_FA.get_path()})
+        """
+    kept = run_child(code)
+    assert kept.result["path"] == "other_pkg.backend.TheirBackend"
+    assert any(
+        "WARNING" in line and "already overridden by other_pkg.backend.TheirBackend" in line
+        for line in kept.output.splitlines()
+    ), kept.output[-3000:]
+    forced = run_child(code, {"VLLM_ROCM_AITER_PLUGIN": "force"})
+    assert forced.result["path"] == PLUGIN_BACKEND
