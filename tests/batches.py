@@ -34,9 +34,9 @@ def reordered_batches(
     max_rows_per_region: int = 6,
     max_query: int = 64,
     max_context: int = 4096,
-    thresholds: tuple[int, int] = (1, 8),
+    thresholds: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8),
 ) -> BatchSpec:
-    threshold = draw(st.integers(*thresholds))
+    threshold = draw(st.sampled_from(thresholds))
     rows = st.integers(0, max_rows_per_region)
     context = st.integers(1, max_context)
     short_q = st.integers(1, threshold)

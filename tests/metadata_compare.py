@@ -28,7 +28,8 @@ def assert_same_metadata(actual: Any, expected: Any, path: str = "metadata") -> 
         assert actual.shape == expected.shape, (
             f"{path}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
         )
-        if expected.device.type != "meta":
+        if expected.device.type != "meta" and not path.endswith("workspace"):
+            # Workspaces are torch.empty scratch buffers: their contents are undefined.
             assert torch.equal(actual, expected), f"{path}: values differ"
     elif dataclasses.is_dataclass(expected):
         for field in dataclasses.fields(expected):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from vllm.v1.attention.backends import rocm_aiter_fa
 from vllm.v1.attention.backends import utils as stock_utils
 from vllm.v1.attention.backends.rocm_aiter_fa import (
@@ -133,25 +134,40 @@ def test_same_metadata_as_stock(request, config_name, query_lens, seq_lens):
     assert_same_metadata(plugin, stock)
 
 
+SLIDING_WINDOWS = (None, 64, 1000)
+
+
 @pytest.fixture(scope="module")
-def builders_by_threshold(tiny_model_dir):
-    """Stock and plugin builders for speculative-token counts 0, 1, 3 and 7 (thresholds 1, 2, 4, 8)."""
-    result = {}
+def builder_pairs(tiny_model_dir):
+    """(stock, plugin) builders by (threshold, sliding window), each over a real Attention layer."""
+    pairs = {}
     for spec_tokens in (0, 1, 3, 7):
-        config = samples.tiny_vllm_config(tiny_model_dir, num_speculative_tokens=spec_tokens)
-        stock = _builder(AiterFlashAttentionMetadataBuilder, config)
-        plugin = _builder(PluginAiterFlashAttentionMetadataBuilder, config)
-        assert stock.reorder_batch_threshold == plugin.reorder_batch_threshold == 1 + spec_tokens
-        result[1 + spec_tokens] = (stock, plugin)
-    return result
+        for window in SLIDING_WINDOWS:
+            config = samples.tiny_vllm_config(tiny_model_dir, num_speculative_tokens=spec_tokens)
+            layer = samples.attention_layer(config, sliding_window=window)
+            spec = samples.kv_cache_spec(config, sliding_window=window)
+            stock = AiterFlashAttentionMetadataBuilder(spec, [layer], config, torch.device("cpu"))
+            plugin = PluginAiterFlashAttentionMetadataBuilder(
+                spec, [layer], config, torch.device("cpu")
+            )
+            assert (
+                stock.reorder_batch_threshold == plugin.reorder_batch_threshold == 1 + spec_tokens
+            )
+            expected_window = None if window is None else (window - 1, 0)
+            assert stock.aot_sliding_window == plugin.aot_sliding_window == expected_window
+            pairs[1 + spec_tokens, window] = (stock, plugin)
+    return pairs
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(spec=reordered_batches(thresholds=(1, 8)).filter(lambda b: b.threshold in (1, 2, 4, 8)))
-def test_same_metadata_as_stock_on_random_reordered_batches(builders_by_threshold, spec: BatchSpec):
-    stock_builder, plugin_builder = builders_by_threshold[spec.threshold]
+@given(
+    spec=reordered_batches(thresholds=(1, 2, 4, 8)),
+    window=st.sampled_from(SLIDING_WINDOWS),
+)
+def test_same_metadata_as_stock_on_random_reordered_batches(builder_pairs, spec: BatchSpec, window):
+    stock_builder, plugin_builder = builder_pairs[spec.threshold, window]
     batch = samples.make_batch(
         spec.query_lens,
         spec.seq_lens,

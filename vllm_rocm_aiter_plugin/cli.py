@@ -1,4 +1,4 @@
-"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: the demo (default)."""
+"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default) and doctor."""
 
 from __future__ import annotations
 
@@ -13,11 +13,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("demo", help="show the bug and the fix on the installed vLLM (default)")
+    doctor_parser = sub.add_parser("doctor", help="diagnose: is vLLM affected, is the fix active?")
+    doctor_parser.add_argument("--json", action="store_true", help="one JSON object, for CI")
     args = parser.parse_args(argv)
     if args.command in (None, "demo"):
         from vllm_rocm_aiter_plugin import demo
 
         return demo.run()
+    if args.command == "doctor":
+        from vllm_rocm_aiter_plugin import doctor
+
+        return doctor.run(as_json=args.json)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -44,12 +44,15 @@ _TINY_LLAMA: dict[str, Any] = {
 }
 
 
-def write_tiny_llama(directory: str | os.PathLike[str] | None = None) -> str:
+def write_tiny_llama(
+    directory: str | os.PathLike[str] | None = None, head_size: int = HEAD_SIZE
+) -> str:
     """Write a tiny Llama ``config.json`` into ``directory`` (a new temp dir if None)."""
     directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="tiny-llama-")
     os.makedirs(directory, exist_ok=True)
+    config = {**_TINY_LLAMA, "head_dim": head_size, "hidden_size": NUM_HEADS * head_size}
     with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(_TINY_LLAMA, f)
+        json.dump(config, f)
     return directory
 
 
@@ -60,6 +63,7 @@ def tiny_vllm_config(
     max_num_seqs: int = 1024,
     max_num_batched_tokens: int = 65536,
     dtype: str = "bfloat16",
+    block_size: int = BLOCK_SIZE,
     device: str = "cpu",
 ) -> VllmConfig:
     """A real ``VllmConfig`` over a tiny Llama, built offline.
@@ -99,7 +103,7 @@ def tiny_vllm_config(
         )
     return VllmConfig(
         model_config=model_config,
-        cache_config=CacheConfig(block_size=BLOCK_SIZE),
+        cache_config=CacheConfig(block_size=block_size),
         parallel_config=parallel_config,
         scheduler_config=SchedulerConfig(
             max_num_seqs=max_num_seqs,
@@ -119,12 +123,48 @@ def kv_cache_spec(vllm_config: VllmConfig, sliding_window: int | None = None) ->
     common = dict(
         block_size=vllm_config.cache_config.block_size,
         num_kv_heads=NUM_KV_HEADS,
-        head_size=HEAD_SIZE,
+        head_size=vllm_config.model_config.get_head_size(),
         dtype=vllm_config.model_config.dtype,
     )
     if sliding_window is not None:
         return SlidingWindowSpec(sliding_window=sliding_window, **common)
     return FullAttentionSpec(**common)
+
+
+def attention_layer(
+    vllm_config: VllmConfig,
+    *,
+    sliding_window: int | None = None,
+    backend: type | None = None,
+    layer_index: int = 0,
+) -> str:
+    """Create (once) a real vLLM ``Attention`` layer on ``vllm_config`` and return its name.
+
+    The layer registers itself in the config's forward context, where the ROCM_AITER_FA builder
+    finds it and reads its sliding window. ``backend`` defaults to vLLM's
+    ``AiterFlashAttentionBackend``.
+    """
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention import Attention
+
+    if backend is None:
+        from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend as backend
+
+    name = f"model.layers.{layer_index}.self_attn.attn"
+    if name not in vllm_config.compilation_config.static_forward_context:
+        head_size = vllm_config.model_config.get_head_size()
+        with set_current_vllm_config(vllm_config):
+            Attention(
+                NUM_HEADS,
+                head_size,
+                head_size**-0.5,
+                num_kv_heads=NUM_KV_HEADS,
+                cache_config=vllm_config.cache_config,
+                per_layer_sliding_window=sliding_window,
+                prefix=name,
+                attn_backend=backend,
+            )
+    return name
 
 
 def has_seq_lens_upper_bound_field() -> bool:

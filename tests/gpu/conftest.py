@@ -1,0 +1,24 @@
+"""Any-GPU tier: runs where torch sees a GPU (CUDA or HIP); skips (or fails, with
+``--require-hardware``) elsewhere, saying why."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import hardware
+
+
+@pytest.fixture(autouse=True)
+def _require_gpu(request: pytest.FixtureRequest) -> None:
+    hardware.gate(request.config, hardware.current_gpu_reason())
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest):
+    import torch
+
+    hardware.gate(
+        request.config, hardware.current_gpu_reason()
+    )  # session fixtures run before autouse ones
+
+    return torch.device("cuda", torch.cuda.current_device())

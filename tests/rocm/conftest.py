@@ -1,0 +1,28 @@
+"""MI300 tier: runs only on ROCm with a gfx942/gfx950 GPU and an importable aiter; skips (or
+fails, with ``--require-hardware``) elsewhere, saying exactly what is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import hardware
+
+
+@pytest.fixture(autouse=True)
+def _require_mi300(request: pytest.FixtureRequest) -> None:
+    hardware.gate(request.config, hardware.current_mi300_reason())
+    if request.node.get_closest_marker("e2e"):
+        import os
+
+        hardware.gate(request.config, hardware.e2e_reason(os.environ))
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest):
+    import torch
+
+    hardware.gate(
+        request.config, hardware.current_mi300_reason()
+    )  # session fixtures run before autouse ones
+
+    return torch.device("cuda", torch.cuda.current_device())
