@@ -1,0 +1,104 @@
+"""Run the CPU suite against several vLLM releases in one environment and write a Markdown table.
+
+Usage (inside an environment built by ``noxfile.py``; ``scripts/nox -s compat`` does it all):
+    python scripts/compat.py 0.20.0 0.20.1 ... 0.33.0
+
+For each release: swap vLLM with ``pip install --no-deps --force-reinstall`` (torch and the pinned
+dependencies stay), probe whether the stock split crashes on an EAGLE pure-decode batch, run
+``pytest`` with a JUnit report, and record the counts. Writes ``compat/results.md`` and
+``compat/results.json``; exits non-zero if any release failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "compat")
+JUNIT_DIR = os.path.join(ROOT, "build", "compat")
+
+PROBE = (
+    "from vllm_rocm_aiter_plugin.probe import probe_stock_split\n"
+    "import torch, vllm\n"
+    "r = probe_stock_split()\n"
+    "print('@@' + ('yes' if r.affected else 'no') + '@@' + vllm.__version__ + '@@' + torch.__version__)\n"
+)
+
+
+def _counts(junit: str) -> dict[str, int]:
+    root = ET.parse(junit).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    get = lambda key: sum(int(s.get(key, 0)) for s in suites)  # noqa: E731
+    failed = get("failures") + get("errors")
+    return {"passed": get("tests") - failed - get("skipped"), "failed": failed, "skipped": get("skipped")}
+
+
+def run_release(version: str) -> dict[str, object]:
+    row: dict[str, object] = {"vllm": version}
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--force-reinstall", f"vllm=={version}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if install.returncode != 0:
+        return {**row, "error": "install failed: " + install.stderr.strip()[-300:]}
+    probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT)
+    marker = [line for line in probe.stdout.splitlines() if line.startswith("@@")]
+    if not marker:
+        return {**row, "error": "vLLM does not import: " + probe.stderr.strip()[-300:]}
+    _, affected, installed, torch_version = marker[0].split("@@")
+    row.update(affected=affected, installed=installed, torch=torch_version)
+    junit = os.path.join(JUNIT_DIR, f"junit-vllm-{version}.xml")
+    start = time.monotonic()
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    row["seconds"] = round(time.monotonic() - start)
+    if not os.path.exists(junit):
+        return {**row, "error": "pytest produced no report: " + tests.stdout.strip()[-300:]}
+    row.update(_counts(junit))
+    if tests.returncode not in (0, 1):
+        row["error"] = f"pytest exited {tests.returncode}"
+    return row
+
+
+def markdown(rows: list[dict[str, object]]) -> str:
+    lines = [
+        "| vLLM | stock split affected (probed) | passed | failed | skipped | seconds |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "passed" in r:
+            lines.append(
+                f"| {r['vllm']} | {r['affected']} | {r['passed']} | {r['failed']} | {r['skipped']} "
+                f"| {r['seconds']} |"
+            )
+        else:
+            lines.append(f"| {r['vllm']} | {r.get('affected', '-')} | - | - | - | {r['error']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(versions: list[str]) -> int:
+    os.makedirs(OUT_DIR, exist_ok=True)
+    os.makedirs(JUNIT_DIR, exist_ok=True)
+    rows = []
+    for version in versions:
+        row = run_release(version)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(os.path.join(OUT_DIR, "results.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+        with open(os.path.join(OUT_DIR, "results.md"), "w") as f:
+            f.write(markdown(rows))
+    print(markdown(rows))
+    return 1 if any(r.get("failed") or r.get("error") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
