@@ -35,7 +35,11 @@ def _counts(junit: str) -> dict[str, int]:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     get = lambda key: sum(int(s.get(key, 0)) for s in suites)  # noqa: E731
     failed = get("failures") + get("errors")
-    return {"passed": get("tests") - failed - get("skipped"), "failed": failed, "skipped": get("skipped")}
+    return {
+        "passed": get("tests") - failed - get("skipped"),
+        "failed": failed,
+        "skipped": get("skipped"),
+    }
 
 
 def run_release(version: str) -> dict[str, object]:

@@ -17,7 +17,8 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
 from tests import vllm_releases
 from tests.batches import BatchSpec, reordered_batches
 from tests.metadata_compare import assert_same_metadata
-from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin import builder as builder_module
+from vllm_rocm_aiter_plugin import fast_build, samples
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
@@ -167,6 +168,39 @@ def builder_pairs(tiny_model_dir):
     window=st.sampled_from(SLIDING_WINDOWS),
 )
 def test_same_metadata_as_stock_on_random_reordered_batches(builder_pairs, spec: BatchSpec, window):
+    _assert_same_as_stock(builder_pairs, spec, window)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(spec=reordered_batches(thresholds=(1, 4)), window=st.sampled_from(SLIDING_WINDOWS))
+def test_fallback_build_same_as_stock_on_random_reordered_batches(
+    builder_pairs, spec, window, monkeypatch
+):
+    monkeypatch.setenv(fast_build.FAST_BUILD_ENV, "0")
+    assert not builder_module.fast_build_enabled()
+    _assert_same_as_stock(builder_pairs, spec, window)
+
+
+@pytest.mark.parametrize("num_extends", [1, 3, 8, 64])
+@pytest.mark.parametrize("context_len", [1, 4096, 12000])
+def test_same_metadata_as_stock_with_many_context_chunks(builder_pairs, num_extends, context_len):
+    """Extends whose context spans 0 to many workspace chunks (32768 tokens // num_extends each)."""
+    query_lens = [3 + i % 7 for i in range(num_extends)]
+    context = [max(0, context_len - 13 * i) for i in range(num_extends)]
+    spec = BatchSpec(
+        1,
+        query_lens,
+        [q + c for q, c in zip(query_lens, context, strict=True)],
+        [0] * num_extends,
+        0,
+    )
+    for window in SLIDING_WINDOWS:
+        _assert_same_as_stock(builder_pairs, spec, window)
+
+
+def _assert_same_as_stock(builder_pairs, spec: BatchSpec, window) -> None:
     stock_builder, plugin_builder = builder_pairs[spec.threshold, window]
     batch = samples.make_batch(
         spec.query_lens,
@@ -178,6 +212,23 @@ def test_same_metadata_as_stock_on_random_reordered_batches(builder_pairs, spec:
         stock = stock_builder.build(0, batch)
         plugin = plugin_builder.build(0, batch)
     assert_same_metadata(plugin, stock)
+
+
+def test_own_build_path_is_verified_on_the_ci_releases():
+    """The own build path runs on the releases whose differential tests CI runs, and only where the
+    installed build() source matches a verified one."""
+    release = vllm_releases.release()
+    if release in ("0.23.0", "0.33.0"):
+        assert fast_build.verified_release() == release
+        assert builder_module.fast_build_enabled()
+    assert (fast_build.verified_release() is not None) == (
+        fast_build.build_fingerprint() in fast_build.VERIFIED_BUILD_FINGERPRINTS
+    )
+
+
+def test_own_build_path_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(fast_build.FAST_BUILD_ENV, "0")
+    assert not builder_module.fast_build_enabled()
 
 
 def test_backend_and_builder_are_subclasses_of_vllm():
@@ -193,9 +244,9 @@ def test_backend_and_builder_are_subclasses_of_vllm():
     )
 
 
-def test_build_is_stock_code_and_vllm_is_untouched():
-    """The plugin's build() runs vLLM's own build code; vLLM's module and class keep stock's split."""
-    plugin_build = PluginAiterFlashAttentionMetadataBuilder.build
+def test_fallback_build_is_stock_code_and_vllm_is_untouched():
+    """The fallback build() is vLLM's own code; vLLM's module and class keep stock's split."""
+    plugin_build = builder_module._stock_build_with_plugin_split
     assert plugin_build.__code__ is AiterFlashAttentionMetadataBuilder.build.__code__
     assert plugin_build.__globals__ is not rocm_aiter_fa.__dict__
     assert (

@@ -1,10 +1,13 @@
-"""The ROCM_AITER_FA metadata builder with the plugin's split: the only module that knows ``build()``.
+"""The ROCM_AITER_FA metadata builder with the plugin's split.
 
-Deviation from stock: ``PluginAiterFlashAttentionMetadataBuilder.build`` is the installed vLLM's own
-``AiterFlashAttentionMetadataBuilder.build`` (same code object, so every upstream change to the body
-applies), evaluated in a private copy of its module namespace in which the single global name
-``split_decodes_prefills_and_extends`` resolves to :mod:`vllm_rocm_aiter_plugin.split`. Nothing in
-vLLM is modified: stock's builder and module keep the stock split.
+Deviation from stock: ``PluginAiterFlashAttentionMetadataBuilder.build`` runs one of two bodies.
+- On a vLLM whose ``build()`` source the plugin verified (:mod:`.fast_build`), its own faster
+  build code, which produces stock's metadata exactly.
+- Everywhere else, the installed vLLM's own ``AiterFlashAttentionMetadataBuilder.build`` (same code
+  object, so every upstream change to the body applies), evaluated in a private copy of its module
+  namespace in which the single global name ``split_decodes_prefills_and_extends`` resolves to
+  :mod:`vllm_rocm_aiter_plugin.split`. Nothing in vLLM is modified: stock's builder and module keep
+  the stock split.
 
 Why: vLLM 0.20.0-0.23.0's split asserts ``seq_lens_cpu_upper_bound is not None`` before its
 pure-decode return, so EAGLE under model-runner V2 crashes with ``AssertionError``; fixed upstream in
@@ -18,8 +21,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.rocm_aiter_fa import (
+    AiterFlashAttentionMetadata,
+    AiterFlashAttentionMetadataBuilder,
+)
 
+from vllm_rocm_aiter_plugin import fast_build as own_build
 from vllm_rocm_aiter_plugin import split as plugin_split
 
 SPLIT_GLOBAL_NAME = "split_decodes_prefills_and_extends"
@@ -66,6 +74,24 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
     Returns vLLM's own ``AiterFlashAttentionMetadata`` (EAGLE checks it with ``isinstance``).
     Pure-decode batches, EAGLE's included, build without reading ``seq_lens_cpu_upper_bound`` and
     without a device-to-host copy. See the module docstring for why and when this goes away.
+
+    On a vLLM whose ``build()`` source the plugin verified (see :mod:`.fast_build`), the plugin's
+    own, faster build code produces the same metadata; everywhere else, vLLM's ``build()`` runs.
     """
 
-    build = _stock_build_with_plugin_split
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata: CommonAttentionMetadata,
+        fast_build: bool = False,
+    ) -> AiterFlashAttentionMetadata:
+        if fast_build_enabled() and own_build.handles(self):
+            return own_build.build(self, common_prefix_len, common_attn_metadata)
+        return _stock_build_with_plugin_split(
+            self, common_prefix_len, common_attn_metadata, fast_build
+        )
+
+
+def fast_build_enabled() -> bool:
+    """Whether builds use the plugin's own code (verified vLLM, not switched off)."""
+    return own_build.enabled()
