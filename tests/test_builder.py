@@ -96,15 +96,20 @@ def test_cudagraph_capture_build_uses_plugin_split(eagle_vllm_config):
 def test_pure_decode_build_makes_no_host_copy(eagle_vllm_config):
     """Device tensors on `meta`: a .cpu()/.item()/.tolist() on any of them would raise."""
     batch = samples.make_batch([4, 4, 3], [40, 50, 60], device="meta", with_upper_bound=False)
-    meta = _builder(PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(
-        0, batch
-    )
+    plugin = _builder(PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta")
+    if "num_actual_kv_tokens" in AiterFlashAttentionMetadata.__dataclass_fields__:
+        # vLLM 0.20-0.21: the metadata itself holds sum(seq_lens), a host value, so every build
+        # copies seq_lens to the host, stock's too; the plugin can only avoid the crash there.
+        with pytest.raises(NotImplementedError):
+            _builder(AiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(0, batch)
+        with pytest.raises(NotImplementedError):
+            plugin.build(0, batch)
+        return
+    meta = plugin.build(0, batch)
     assert meta.num_decodes == 3 and meta.num_decode_tokens == 11
     mixed = samples.make_batch([1, 6], [40, 6], device="meta", with_upper_bound=False)
     with pytest.raises(NotImplementedError):  # control: the mixed path copies seq_lens to the host
-        _builder(PluginAiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(
-            0, mixed
-        )
+        plugin.build(0, mixed)
 
 
 SAME_AS_STOCK = [
@@ -219,7 +224,7 @@ def test_own_build_path_is_verified_on_the_ci_releases():
     installed build() source matches a verified one."""
     release = vllm_releases.release()
     if release in ("0.23.0", "0.33.0"):
-        assert fast_build.verified_release() == release
+        assert release in fast_build.verified_release()
         assert builder_module.fast_build_enabled()
     assert (fast_build.verified_release() is not None) == (
         fast_build.build_fingerprint() in fast_build.VERIFIED_BUILD_FINGERPRINTS

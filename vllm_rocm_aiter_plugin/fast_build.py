@@ -1,7 +1,8 @@
 """The plugin's own ``build()`` for ROCM_AITER_FA, used only on vLLM builds it was verified against.
 
-What it replaces: the body of vLLM's ``AiterFlashAttentionMetadataBuilder.build`` (0.23.0 and
-0.33.0 source, recognised by a fingerprint of that source, see ``VERIFIED_BUILD_FINGERPRINTS``).
+What it replaces: the body of vLLM's ``AiterFlashAttentionMetadataBuilder.build`` in the releases
+0.22.0-0.33.0 (seven distinct sources, recognised by a fingerprint of the source text, see
+``VERIFIED_BUILD_FINGERPRINTS``; version differences are handled by feature detection).
 On any other source the builder runs vLLM's own ``build()`` with the plugin's split instead.
 
 Why it is faster, and which stock lines each part mirrors:
@@ -46,8 +47,16 @@ from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends
 FAST_BUILD_ENV = "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD"
 
 VERIFIED_BUILD_FINGERPRINTS: dict[str, str] = {
-    # sha256 of the dedented source of AiterFlashAttentionMetadataBuilder.build -> first release.
-    "ab2125a990db7e9a": "0.23.0",
+    # sha256[:16] of the dedented source of AiterFlashAttentionMetadataBuilder.build -> the
+    # releases that ship that source. Each entry is here because the differential tests passed
+    # on those releases (README, "Tested releases"). 0.20.0-0.21.0 are not: their metadata also
+    # carries host values of every sequence length (num_actual_kv_tokens, per-region minima).
+    "47315118f14dbfc4": "0.22.0-0.22.1",
+    "ab2125a990db7e9a": "0.23.0-0.25.1",
+    "f3f7a92e8dfc52bf": "0.26.0-0.28.0",
+    "b8a50bc1402ac5b5": "0.29.0",
+    "b1ce8d5f4cce7fb6": "0.30.0-0.31.0",
+    "57f58c56fc465096": "0.32.0",
     "01dedefe29a05505": "0.33.0",
 }
 
@@ -59,7 +68,7 @@ def build_fingerprint(build: Callable[..., Any] = AiterFlashAttentionMetadataBui
 
 
 def verified_release() -> str | None:
-    """The release whose build() source the installed vLLM has, if this path was verified on it."""
+    """The releases whose build() source the installed vLLM has, if this path was verified on it."""
     try:
         return VERIFIED_BUILD_FINGERPRINTS.get(build_fingerprint())
     except (OSError, TypeError):  # no source available
@@ -109,7 +118,7 @@ def build(
     decode_metadata = None
     if num_decodes:
         decode_metadata = _decode_metadata(
-            builder, cam, num_decodes, int(query_lens[:num_decodes].max())
+            builder, cam, num_decodes, num_decode_tokens, int(query_lens[:num_decodes].max())
         )
     prefill_metadata = None
     if num_prefills:
@@ -156,8 +165,16 @@ def build(
     )
 
 
-def _decode_metadata(builder: Any, cam: Any, num_decodes: int, max_query_len: int) -> Any:
-    if not hasattr(builder, "_build_swa_decode_tables"):  # <= 0.23
+def _decode_metadata(
+    builder: Any, cam: Any, num_decodes: int, num_decode_tokens: int, max_query_len: int
+) -> Any:
+    fields = aiter_fa.AiterFlashAttentionDecodeMetadata.__dataclass_fields__
+    if "uniform_query_len" in fields:  # 0.29 only
+        uniform = max_query_len if num_decode_tokens == num_decodes * max_query_len else None
+        return aiter_fa.AiterFlashAttentionDecodeMetadata(
+            max_query_len=max_query_len, uniform_query_len=uniform
+        )
+    if not hasattr(builder, "_build_swa_decode_tables"):  # <= 0.32
         return aiter_fa.AiterFlashAttentionDecodeMetadata(max_query_len=max_query_len)
     swa_block_table, swa_seq_lens, swa_max_seq_len = None, None, 0
     if max_query_len == 1:
