@@ -71,4 +71,9 @@ def compat(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     install_stack(session, NEWEST_VLLM)
-    session.run("python", "benchmarks/bench_builder.py", *session.posargs)
+    session.install(*QUIET, "-r", "requirements/bench.txt")
+    args = session.posargs or [
+        "--json", "benchmarks/results/bench.json", "--plot", "benchmarks/results/latency.png",
+    ]  # fmt: skip
+    os.makedirs("benchmarks/results", exist_ok=True)
+    session.run("python", "benchmarks/bench_builder.py", *args)

@@ -187,7 +187,7 @@ def test_threshold_below_one():
 
 
 def test_query_start_loc_wrong_length():
-    batch = samples.make_batch([1, 1], [5, 6])
+    batch = samples.make_batch([1, 5], [5, 6])
     batch = batch.replace(query_start_loc_cpu=batch.query_start_loc_cpu[:-1])
     with pytest.raises(
         ValueError, match=r"query_start_loc_cpu has 2 entries, expected num_reqs \+ 1 = 3"

@@ -30,6 +30,7 @@ token-to-batch map. ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0`` turns it off at run 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import os
@@ -76,13 +77,17 @@ def verified_release() -> str | None:
 
 
 _VERIFIED = verified_release()
+_METADATA_FIELDS = frozenset(aiter_fa.AiterFlashAttentionMetadata.__dataclass_fields__)
+_DECODE_FIELDS = frozenset(aiter_fa.AiterFlashAttentionDecodeMetadata.__dataclass_fields__)
+_HAS_USE_CASCADE = "use_cascade" in _METADATA_FIELDS  # <= 0.29
+_HAS_KV_SHARING = "kv_sharing_metadata" in _METADATA_FIELDS  # >= 0.30
+_HAS_UNIFORM_QUERY_LEN = "uniform_query_len" in _DECODE_FIELDS  # 0.29
+_OFF_VALUES = frozenset({"0", "false", "off", "no"})
 
 
 def enabled() -> bool:
     """Whether the own path may run: a verified build() source and not switched off."""
-    return _VERIFIED is not None and os.environ.get(FAST_BUILD_ENV, "1").strip().lower() not in (
-        "0", "false", "off", "no",
-    )  # fmt: skip
+    return _VERIFIED is not None and os.environ.get(FAST_BUILD_ENV, "1").lower() not in _OFF_VALUES
 
 
 def handles(builder: AiterFlashAttentionMetadataBuilder) -> bool:
@@ -109,16 +114,21 @@ def build(
     (num_decodes, num_extends, num_prefills, num_decode_tokens, num_extend_tokens, _) = (
         split_decodes_prefills_and_extends(cam, decode_threshold=builder.reorder_batch_threshold)
     )
-    query_lens = np.diff(cam.query_start_loc_cpu.numpy())
+    qsl = cam.query_start_loc_cpu.numpy()
     seq_lens_host = None
     if num_prefills or num_extends:
+        query_lens = qsl[1:] - qsl[:-1]
         with _sync_allowed():
             seq_lens_host = cam.seq_lens.cpu()
 
     decode_metadata = None
     if num_decodes:
+        if num_decodes == cam.num_reqs:
+            decode_max_query_len = _pure_decode_max_query_len(cam, qsl)
+        else:
+            decode_max_query_len = int(query_lens[:num_decodes].max())
         decode_metadata = _decode_metadata(
-            builder, cam, num_decodes, num_decode_tokens, int(query_lens[:num_decodes].max())
+            builder, cam, num_decodes, num_decode_tokens, decode_max_query_len
         )
     prefill_metadata = None
     if num_prefills:
@@ -133,11 +143,10 @@ def build(
     if num_extends:
         extend_metadata = _extend_metadata(builder, cam, num_decodes, num_extends, seq_lens_host)
 
-    fields = {f for f in aiter_fa.AiterFlashAttentionMetadata.__dataclass_fields__}
     extra: dict[str, Any] = {}
-    if "use_cascade" in fields:  # <= 0.23
+    if _HAS_USE_CASCADE:
         extra["use_cascade"] = common_prefix_len > 0
-    if "kv_sharing_metadata" in fields:  # >= 0.24; this path only runs without KV sharing
+    if _HAS_KV_SHARING:  # this path only runs without KV sharing
         extra["kv_sharing_metadata"] = None
     if hasattr(builder, "k_scale"):
         k_scale, v_scale = builder.k_scale, builder.v_scale
@@ -165,11 +174,26 @@ def build(
     )
 
 
+def _pure_decode_max_query_len(cam: Any, qsl: np.ndarray) -> int:
+    """Longest query of an all-decode batch; O(1) for uniform and single-token batches.
+
+    ``max_query_len`` bounds every query from above, so if the queries add up to
+    ``num_reqs * max_query_len`` they all equal it; and with ``max_query_len == 1`` the longest is
+    1 unless every query is empty (padding). Otherwise read them all (stock always does).
+    """
+    total = int(qsl[-1] - qsl[0])
+    bound = cam.max_query_len
+    if total == cam.num_reqs * bound:
+        return bound
+    if bound == 1:
+        return 1 if total > 0 else 0
+    return int((qsl[1:] - qsl[:-1]).max())
+
+
 def _decode_metadata(
     builder: Any, cam: Any, num_decodes: int, num_decode_tokens: int, max_query_len: int
 ) -> Any:
-    fields = aiter_fa.AiterFlashAttentionDecodeMetadata.__dataclass_fields__
-    if "uniform_query_len" in fields:  # 0.29 only
+    if _HAS_UNIFORM_QUERY_LEN:
         uniform = max_query_len if num_decode_tokens == num_decodes * max_query_len else None
         return aiter_fa.AiterFlashAttentionDecodeMetadata(
             max_query_len=max_query_len, uniform_query_len=uniform
@@ -189,6 +213,7 @@ def _decode_metadata(
     )
 
 
+@functools.cache
 def _pin() -> bool:
     from vllm.utils.platform_utils import is_pin_memory_available
 
@@ -197,7 +222,9 @@ def _pin() -> bool:
 
 def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Asynchronous host-to-device copy, staged through pinned memory where there is any."""
-    if _pin() and host.device.type == "cpu" and not host.is_pinned():
+    if device.type == "cpu":
+        return host
+    if _pin() and not host.is_pinned():
         host = torch.empty(host.shape, dtype=host.dtype, pin_memory=True).copy_(host)
     return host.to(device, non_blocking=True)
 

@@ -52,54 +52,46 @@ def split_decodes_prefills_and_extends(
     if decode_threshold < 1:
         raise ValueError(f"decode_threshold must be >= 1, got {decode_threshold}")
     cam = common_attn_metadata
-    num_reqs = cam.num_reqs
-    query_start_loc = cam.query_start_loc_cpu
-    if query_start_loc.shape[0] != num_reqs + 1:
-        raise ValueError(
-            f"query_start_loc_cpu has {query_start_loc.shape[0]} entries, "
-            f"expected num_reqs + 1 = {num_reqs + 1}"
-        )
     if cam.max_query_len <= decode_threshold:
         # Pure decode (incl. EAGLE/MTP spec tokens): nothing to read, no tensor op, no host sync.
-        return num_reqs, 0, 0, cam.num_actual_tokens, 0, 0
+        return cam.num_reqs, 0, 0, cam.num_actual_tokens, 0, 0
     return _split_mixed(cam, decode_threshold)
 
 
 def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     num_reqs = cam.num_reqs
     num_tokens = cam.num_actual_tokens
-    qsl = _host_int64(cam.query_start_loc_cpu)
-    query_lens = np.diff(qsl)
+    qsl = _host_array(cam.query_start_loc_cpu)
+    if qsl.shape[0] != num_reqs + 1:
+        raise ValueError(
+            f"query_start_loc_cpu has {qsl.shape[0]} entries, expected num_reqs + 1 = {num_reqs + 1}"
+        )
     if qsl[0] != 0:
         raise ValueError(f"query_start_loc_cpu must start at 0, got {int(qsl[0])}")
-    if num_reqs and query_lens.min() < 0:
-        row = int(np.argmax(query_lens < 0))
-        raise ValueError(
-            f"query_start_loc_cpu decreases at request {row}: "
-            f"{int(qsl[row])} -> {int(qsl[row + 1])}"
-        )
-
+    query_lens = qsl[1:] - qsl[:-1]
     long_query = query_lens > threshold
-    if not long_query.any():
+    num_decodes = int(long_query.argmax()) if num_reqs else 0
+    if not num_reqs or not long_query[num_decodes]:
+        _check_query_lens(qsl, query_lens)
         return num_reqs, 0, 0, num_tokens, 0, 0
-    num_decodes = int(np.argmax(long_query))
-    num_decode_tokens = int(qsl[num_decodes])
 
-    seq_lens = _host_int64(_host_seq_lens(cam))
+    seq_lens = _host_array(_host_seq_lens(cam))
     if seq_lens.shape[0] < num_reqs:
         raise ValueError(
             f"seq_lens has {seq_lens.shape[0]} entries, expected at least num_reqs = {num_reqs}"
         )
-    seq_lens = seq_lens[:num_reqs]
-    short_seq = seq_lens < query_lens
-    if short_seq.any():
-        row = int(np.argmax(short_seq))
+    context_lens = seq_lens[:num_reqs] - query_lens
+    if np.minimum(query_lens, context_lens).min() < 0:  # one pass for both checks
+        _check_query_lens(qsl, query_lens)
+        row = int((context_lens < 0).argmax())
         raise ValueError(
             f"seq_lens[{row}] = {int(seq_lens[row])} is smaller than its query length "
             f"{int(query_lens[row])}"
         )
-    is_prefill = long_query & (seq_lens == query_lens)
-    if not is_prefill.any():
+    num_decode_tokens = int(qsl[num_decodes])
+    is_prefill = long_query & (context_lens == 0)
+    first_prefill = int(is_prefill.argmax())
+    if not is_prefill[first_prefill]:
         return (
             num_decodes,
             num_reqs - num_decodes,
@@ -108,10 +100,9 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
             num_tokens - num_decode_tokens,
             0,
         )
-    first_prefill = int(np.argmax(is_prefill))
-    has_context = seq_lens[first_prefill:] > query_lens[first_prefill:]
-    if has_context.any():
-        row = first_prefill + int(np.argmax(has_context))
+    after = context_lens[first_prefill:]
+    if after.any():
+        row = first_prefill + int((after > 0).argmax())
         raise ValueError(
             f"request {row} has context (seq_lens {int(seq_lens[row])} > query length "
             f"{int(query_lens[row])}) but comes after the first prefill (request "
@@ -127,6 +118,15 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
         prefill_start_token - num_decode_tokens,
         num_tokens - prefill_start_token,
     )
+
+
+def _check_query_lens(qsl: np.ndarray, query_lens: np.ndarray) -> None:
+    """Raise if ``query_start_loc_cpu`` decreases anywhere."""
+    if query_lens.size and query_lens.min() < 0:
+        row = int((query_lens < 0).argmax())
+        raise ValueError(
+            f"query_start_loc_cpu decreases at request {row}: {int(qsl[row])} -> {int(qsl[row + 1])}"
+        )
 
 
 def _host_seq_lens(cam: CommonAttentionMetadata) -> torch.Tensor:
@@ -155,7 +155,9 @@ def _warn_missing_upper_bound_once() -> None:
     )
 
 
-def _host_int64(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view (zero-copy for int64) of a host tensor, widened to int64."""
-    array = tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
-    return array.astype(np.int64, copy=False)
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    """A zero-copy numpy view of a host tensor (a copy only if it is not on the host)."""
+    try:
+        return tensor.numpy()
+    except TypeError:  # not on the host
+        return tensor.cpu().numpy()

@@ -1,0 +1,300 @@
+"""Stock vLLM vs the plugin, side by side in one process: split, build(), and build()'s host memory.
+
+Run: ``bash scripts/nox -s bench`` (writes benchmarks/results/), or
+``python benchmarks/bench_builder.py --plot out.png --json out.json`` in any environment with vLLM and
+the plugin installed.
+
+What is measured, for each shape and batch size (1, 8, 64, 256, 1024 requests, where the token budget
+of 65536 tokens allows):
+- split: vLLM's ``split_decodes_prefills_and_extends`` vs the plugin's, same batch object;
+- build: vLLM's ``AiterFlashAttentionMetadataBuilder.build`` vs the plugin builder's, each builder
+  constructed once over the same real ``VllmConfig`` and ``Attention`` layer (as vLLM does);
+- peak host memory of one build(): torch's CPU allocations (profiler, running sum of allocations and
+  frees) plus numpy/Python allocations (tracemalloc peak), an upper bound for both sides;
+- host tensor allocations of one build() (profiler events that allocate).
+Timings are medians of repeated calls (at least 3, up to ~0.3 s per measurement), in microseconds.
+
+Fair CPU treatment: the stock extend path allocates ``pin_memory=True`` host buffers, which fail
+without an accelerator. Batches with extends are therefore built by *both* builders inside
+``unpinned_host_memory()`` (a torch function mode that drops ``pin_memory=True``); it adds the same
+per-torch-call overhead to both, and more in total to whichever makes more torch calls. Batches
+without extends run without it. On a GPU machine pinning works and no mode is used.
+
+Shapes: pure decode (query 1) and EAGLE decode (query 4) without ``seq_lens_cpu_upper_bound``;
+prefill-only (prompts 128-2048); mixed decode + extend + prefill; extend-heavy (all extends with
+2k-8k tokens of context, several context chunks). Stock build() on extend-heavy batches of 1024
+requests would allocate a [chunks, 1024, 32768] boolean tensor (~8.6 GB) and is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+SIZES = (1, 8, 64, 256, 1024)
+TOKEN_BUDGET = 65536
+STOCK_BUILD_LIMIT = {"extend-heavy": 256}  # larger sizes: stock build needs > 8 GB of host memory
+
+
+def make_shapes(
+    rng: np.random.Generator,
+) -> dict[str, Callable[[int], tuple[list[int], list[int], int] | None]]:
+    """shape name -> (num requests -> (query lens, seq lens, threshold) or None if over budget)."""
+
+    def decode(n: int, q: int) -> tuple[list[int], list[int], int]:
+        ctx = rng.integers(100, 4000, n)
+        return [q] * n, [int(c) + q for c in ctx], q
+
+    def prefill(n: int):
+        prompts = [int(p) for p in rng.integers(128, 2049, n)]
+        return (prompts, prompts, 1) if sum(prompts) <= TOKEN_BUDGET else None
+
+    def mixed(n: int):
+        n_dec, n_ext = max(1, int(n * 0.6)), int(n * 0.2)
+        n_pre = max(0, n - n_dec - n_ext)
+        q = [1] * n_dec + [int(x) for x in rng.integers(16, 257, n_ext)]
+        s = [int(c) + 1 for c in rng.integers(100, 4000, n_dec)]
+        s += [qq + int(c) for qq, c in zip(q[n_dec:], rng.integers(256, 4097, n_ext), strict=True)]
+        prompts = [int(p) for p in rng.integers(128, 1025, n_pre)]
+        q, s = q + prompts, s + prompts
+        if n > 1 and max(q) <= 1:
+            return None
+        return (q, s, 1) if sum(q) <= TOKEN_BUDGET else None
+
+    def extend_heavy(n: int):
+        q = [int(x) for x in rng.integers(16, 65, n)]
+        s = [qq + int(c) for qq, c in zip(q, rng.integers(2048, 8193, n), strict=True)]
+        return (q, s, 1) if sum(q) <= TOKEN_BUDGET else None
+
+    return {
+        "pure-decode": lambda n: decode(n, 1),
+        "eagle-decode": lambda n: decode(n, 4),
+        "prefill-only": prefill,
+        "mixed": lambda n: mixed(n) if n >= 3 else None,
+        "extend-heavy": extend_heavy,
+    }
+
+
+def median_us(
+    fn: Callable[[], Any], budget_s: float = 0.3, min_reps: int = 3, max_reps: int = 2000
+) -> float:
+    start = time.perf_counter()
+    fn()
+    estimate = time.perf_counter() - start
+    reps = int(min(max_reps, max(min_reps, budget_s / max(estimate, 1e-7))))
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1000.0
+
+
+def memory_profile(fn: Callable[[], Any]) -> tuple[int, int, int]:
+    """(peak torch CPU bytes, peak numpy/Python bytes, allocating torch events) of one call."""
+    gc.collect()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    _, py_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    live = peak = allocs = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+        allocs += event.self_cpu_memory_usage > 0
+    return peak, py_peak, allocs
+
+
+def count_tensor_ops(fn: Callable[[], Any]) -> int:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument("--shapes", nargs="*", default=None)
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--plot", metavar="PNG", help="draw latency vs batch size per shape")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import vllm
+    from vllm.v1.attention.backends import utils as stock_utils
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+
+    from vllm_rocm_aiter_plugin import fast_build, samples
+    from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
+    from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+    from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
+
+    torch.set_num_threads(1)
+    model_dir = samples.write_tiny_llama()
+    builders = {}
+    for threshold in (1, 4):
+        config = samples.tiny_vllm_config(model_dir, num_speculative_tokens=threshold - 1)
+        layer = samples.attention_layer(config)
+        spec = samples.kv_cache_spec(config)
+        builders[threshold] = (
+            AiterFlashAttentionMetadataBuilder(spec, [layer], config, torch.device("cpu")),
+            PluginAiterFlashAttentionMetadataBuilder(spec, [layer], config, torch.device("cpu")),
+        )
+
+    rng = np.random.default_rng(args.seed)
+    shapes = make_shapes(rng)
+    rows: list[dict[str, Any]] = []
+    for shape, make in shapes.items():
+        if args.shapes and shape not in args.shapes:
+            continue
+        for n in args.sizes:
+            spec = make(n)
+            if spec is None:
+                continue
+            query_lens, seq_lens, threshold = spec
+            pure_decode = shape.endswith("decode")
+            batch = samples.make_batch(query_lens, seq_lens, with_upper_bound=not pure_decode)
+            stock_builder, plugin_builder = builders[threshold]
+            has_extends = shape in ("mixed", "extend-heavy")
+            mode = unpinned_host_memory if has_extends else contextlib.nullcontext
+            row: dict[str, Any] = {"shape": shape, "requests": n, "tokens": int(sum(query_lens))}
+
+            row["split_stock_us"] = median_us(
+                lambda b=batch, t=threshold: stock_utils.split_decodes_prefills_and_extends(b, t)
+            )
+            row["split_plugin_us"] = median_us(lambda b=batch, t=threshold: plugin_split(b, t))
+            row["split_plugin_tensor_ops"] = count_tensor_ops(
+                lambda b=batch, t=threshold: plugin_split(b, t)
+            )
+
+            def run(builder, b=batch, m=mode):
+                with m():
+                    return builder.build(0, b)
+
+            if n <= STOCK_BUILD_LIMIT.get(shape, max(SIZES)):
+                row["build_stock_us"] = median_us(lambda b=stock_builder: run(b))
+                torch_peak, py_peak, allocs = memory_profile(lambda b=stock_builder: run(b))
+                row.update(stock_peak_bytes=torch_peak + py_peak, stock_allocs=allocs)
+            row["build_plugin_us"] = median_us(lambda b=plugin_builder: run(b))
+            torch_peak, py_peak, allocs = memory_profile(lambda b=plugin_builder: run(b))
+            row.update(plugin_peak_bytes=torch_peak + py_peak, plugin_allocs=allocs)
+            rows.append(row)
+            print(_format_row(row), flush=True)
+
+    info = {
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "own_build_path": fast_build.enabled(),
+        "python": platform.python_version(),
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    print()
+    print(render_markdown(rows, info))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "rows": rows}, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot, info)
+    return 0
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _ratio(stock: float | None, plugin: float | None) -> str:
+    if not stock or not plugin:
+        return "-"
+    return f"{stock / plugin:.1f}x"
+
+
+def _format_row(r: dict[str, Any]) -> str:
+    return (
+        f"{r['shape']:<13} n={r['requests']:<5} split {r['split_stock_us']:8.1f} -> "
+        f"{r['split_plugin_us']:7.2f} us ({_ratio(r['split_stock_us'], r['split_plugin_us'])})  "
+        f"build {r.get('build_stock_us', float('nan')):10.1f} -> {r['build_plugin_us']:9.1f} us "
+        f"({_ratio(r.get('build_stock_us'), r['build_plugin_us'])})"
+    )
+
+
+def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+    mb = lambda b: "-" if b is None else f"{b / 1e6:.2f}"  # noqa: E731
+    lines = [
+        f"vLLM {info['vllm']}, torch {info['torch']}, {info['cpu']}, {info['cores']} cores "
+        f"(torch threads: {info['torch_threads']}), own build path: {info['own_build_path']}",
+        "",
+        "| shape | reqs | tokens | split stock µs | split plugin µs | split ratio | build stock µs "
+        "| build plugin µs | build ratio | peak MB stock | peak MB plugin | allocs stock | allocs plugin |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        stock_build = r.get("build_stock_us")
+        lines.append(
+            f"| {r['shape']} | {r['requests']} | {r['tokens']} | {r['split_stock_us']:.1f} "
+            f"| {r['split_plugin_us']:.2f} | {_ratio(r['split_stock_us'], r['split_plugin_us'])} "
+            f"| {'skipped (>8 GB)' if stock_build is None else f'{stock_build:.1f}'} "
+            f"| {r['build_plugin_us']:.1f} | {_ratio(stock_build, r['build_plugin_us'])} "
+            f"| {mb(r.get('stock_peak_bytes'))} | {mb(r.get('plugin_peak_bytes'))} "
+            f"| {r.get('stock_allocs', '-')} | {r.get('plugin_allocs', '-')} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, what in zip(axes, ("split", "build"), strict=True):
+        for color, shape in zip(colors, shapes, strict=False):
+            pts = [r for r in rows if r["shape"] == shape]
+            stock = [
+                (r["requests"], r[f"{what}_stock_us"]) for r in pts if r.get(f"{what}_stock_us")
+            ]
+            plugin = [(r["requests"], r[f"{what}_plugin_us"]) for r in pts]
+            if stock:
+                ax.plot(
+                    *zip(*stock, strict=True), "--o", color=color, alpha=0.6, label=f"{shape} stock"
+                )
+            ax.plot(*zip(*plugin, strict=True), "-s", color=color, label=f"{shape} plugin")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("requests in batch")
+        ax.set_ylabel("median µs per call")
+        ax.set_title(f"{what}: stock (dashed) vs plugin (solid)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"ROCM_AITER_FA metadata on CPU — vLLM {info['vllm']}, {info['cpu']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
