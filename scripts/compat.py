@@ -91,17 +91,24 @@ def markdown(rows: list[dict[str, object]]) -> str:
 def main(versions: list[str]) -> int:
     os.makedirs(OUT_DIR, exist_ok=True)
     os.makedirs(JUNIT_DIR, exist_ok=True)
-    rows = []
+    results_path = os.path.join(OUT_DIR, "results.json")
+    previous: dict[str, dict[str, object]] = {}
+    if os.path.exists(results_path):  # a partial rerun updates its rows and keeps the others
+        with open(results_path) as f:
+            previous = {str(r["vllm"]): r for r in json.load(f)}
+    ran = []
     for version in versions:
         row = run_release(version)
-        rows.append(row)
+        ran.append(row)
+        previous[version] = row
         print(json.dumps(row), flush=True)
-        with open(os.path.join(OUT_DIR, "results.json"), "w") as f:
+        rows = sorted(previous.values(), key=lambda r: tuple(map(int, str(r["vllm"]).split("."))))
+        with open(results_path, "w") as f:
             json.dump(rows, f, indent=1)
         with open(os.path.join(OUT_DIR, "results.md"), "w") as f:
             f.write(markdown(rows))
-    print(markdown(rows))
-    return 1 if any(r.get("failed") or r.get("error") for r in rows) else 0
+    print(markdown(ran))
+    return 1 if any(r.get("failed") or r.get("error") for r in ran) else 0
 
 
 if __name__ == "__main__":

@@ -100,8 +100,13 @@ def test_pure_decode_build_makes_no_host_copy(eagle_vllm_config):
     if "num_actual_kv_tokens" in AiterFlashAttentionMetadata.__dataclass_fields__:
         # vLLM 0.20-0.21: the metadata itself holds sum(seq_lens), a host value, so every build
         # copies seq_lens to the host, stock's too; the plugin can only avoid the crash there.
+        with_bound = samples.make_batch(
+            [4, 4, 3], [40, 50, 60], device="meta"
+        )  # stock's own crash aside
         with pytest.raises(NotImplementedError):
-            _builder(AiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(0, batch)
+            _builder(AiterFlashAttentionMetadataBuilder, eagle_vllm_config, "meta").build(
+                0, with_bound
+            )
         with pytest.raises(NotImplementedError):
             plugin.build(0, batch)
         return
