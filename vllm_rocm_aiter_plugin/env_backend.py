@@ -38,7 +38,7 @@ def parse_backend_name(value: str) -> AttentionBackendEnum | None:
         return None
     try:
         return AttentionBackendEnum[name]
-    except KeyError:
+    except (KeyError, ValueError):  # vLLM's enum raises ValueError for unknown names
         valid = ", ".join(member.name for member in AttentionBackendEnum)
         raise ValueError(
             f"{ENV_VAR}={value!r} is not an attention backend this vLLM knows. "
