@@ -174,7 +174,7 @@ def builder_pairs(tiny_model_dir):
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    spec=reordered_batches(thresholds=(1, 2, 4, 8)),
+    spec=reordered_batches(thresholds=(1, 2, 4, 8), max_rows_per_region=20),
     window=st.sampled_from(SLIDING_WINDOWS),
 )
 def test_same_metadata_as_stock_on_random_reordered_batches(builder_pairs, spec: BatchSpec, window):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from vllm.v1.attention.backends import utils as stock_utils
 
 from tests.batches import BatchSpec, mixed_batches, reordered_batches
 from tests.oracle import oracle_split
 from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin import split as split_module
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
 pytestmark = pytest.mark.cpu
@@ -90,9 +92,20 @@ def test_matches_oracle_on_reordered_batches(spec: BatchSpec):
     assert plugin_split(_batch(spec), decode_threshold=spec.threshold) == _oracle(spec)
 
 
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=mixed_batches(max_rows_per_region=30), with_upper_bound=st.booleans())
+def test_small_batch_and_numpy_paths_agree_with_oracle(spec: BatchSpec, with_upper_bound: bool):
+    """Both mixed-batch implementations (Python ints up to SMALL_BATCH requests, numpy beyond) on
+    every batch, whatever its size."""
+    batch = _batch(spec, with_upper_bound=with_upper_bound)
+    expected = _oracle(spec)
+    assert split_module._split_small(batch, spec.threshold) == expected
+    assert split_module._split_mixed(batch, spec.threshold) == expected
+
+
 @needs_upper_bound_field
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=reordered_batches())
+@given(spec=reordered_batches(max_rows_per_region=30))
 def test_matches_installed_vllm_split_when_upper_bound_present(spec: BatchSpec):
     batch = _batch(spec)
     stock = stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=spec.threshold)
@@ -167,7 +180,8 @@ def test_spy_sees_the_mixed_path_reading_tensors():
     batch = _spy_batch([1, 5], [9, 5])
     _SpyTensor.calls = []
     plugin_split(batch)
-    assert {"numpy", "cpu"} <= set(_SpyTensor.calls)
+    assert "cpu" in _SpyTensor.calls  # the host copy of seq_lens
+    assert {"numpy", "tolist"} & set(_SpyTensor.calls)  # reading tensor data
 
 
 def test_pure_decode_on_meta_device_tensors():
@@ -186,44 +200,69 @@ def test_threshold_below_one():
         plugin_split(samples.make_batch([1], [5]), decode_threshold=0)
 
 
-def test_query_start_loc_wrong_length():
-    batch = samples.make_batch([1, 5], [5, 6])
+# Each malformed case runs on a small batch (the Python-int path) and behind 100 decode rows (the
+# numpy path, for batches over split.SMALL_BATCH requests); rows in messages shift accordingly.
+LEAD = pytest.mark.parametrize("lead", [0, 100], ids=["small-batch", "large-batch"])
+
+
+def _lead(lead: int, query_lens: list[int], seq_lens: list[int], **kwargs):
+    return samples.make_batch([1] * lead + query_lens, [10] * lead + seq_lens, **kwargs)
+
+
+@LEAD
+def test_query_start_loc_wrong_length(lead):
+    batch = _lead(lead, [1, 5], [5, 6])
     batch = batch.replace(query_start_loc_cpu=batch.query_start_loc_cpu[:-1])
+    n = lead + 2
     with pytest.raises(
-        ValueError, match=r"query_start_loc_cpu has 2 entries, expected num_reqs \+ 1 = 3"
+        ValueError, match=rf"query_start_loc_cpu has {n} entries, expected num_reqs \+ 1 = {n + 1}"
     ):
         plugin_split(batch)
 
 
-def test_query_start_loc_not_starting_at_zero():
-    batch = samples.make_batch([1, 5], [9, 5])
+@LEAD
+def test_query_start_loc_not_starting_at_zero(lead):
+    batch = _lead(lead, [1, 5], [9, 5])
     batch = batch.replace(query_start_loc_cpu=batch.query_start_loc_cpu + 2)
     with pytest.raises(ValueError, match="query_start_loc_cpu must start at 0, got 2"):
         plugin_split(batch)
 
 
-def test_query_start_loc_decreasing():
-    batch = samples.make_batch([1, 5, 3], [9, 5, 3])
-    batch = batch.replace(query_start_loc_cpu=torch.tensor([0, 1, 6, 4], dtype=torch.int32))
-    with pytest.raises(ValueError, match="query_start_loc_cpu decreases at request 2: 6 -> 4"):
+@LEAD
+@pytest.mark.parametrize("long_row", [True, False], ids=["mixed", "no-long-row"])
+def test_query_start_loc_decreasing(lead, long_row):
+    batch = _lead(lead, [1, 5 if long_row else 1, 3], [9, 5, 3])
+    offsets = batch.query_start_loc_cpu.clone()
+    offsets[lead + 3] = offsets[lead + 2] - 2
+    batch = batch.replace(query_start_loc_cpu=offsets, max_query_len=5)
+    start = int(offsets[lead + 2])
+    with pytest.raises(
+        ValueError,
+        match=f"query_start_loc_cpu decreases at request {lead + 2}: {start} -> {start - 2}",
+    ):
         plugin_split(batch)
 
 
+@LEAD
 @pytest.mark.parametrize("with_upper_bound", [True, False])
-def test_seq_len_smaller_than_query_len(with_upper_bound):
-    batch = samples.make_batch([1, 5, 6], [9, 20, 6], with_upper_bound=with_upper_bound)
-    short = torch.tensor([9, 3, 6], dtype=torch.int32)
+def test_seq_len_smaller_than_query_len(lead, with_upper_bound):
+    batch = _lead(lead, [1, 5, 6], [9, 20, 6], with_upper_bound=with_upper_bound)
+    short = torch.tensor([10] * lead + [9, 3, 6], dtype=torch.int32)
     batch = batch.replace(
         seq_lens=short, **({"seq_lens_cpu_upper_bound": short} if with_upper_bound else {})
     )
-    with pytest.raises(ValueError, match=r"seq_lens\[1\] = 3 is smaller than its query length 5"):
+    with pytest.raises(
+        ValueError, match=rf"seq_lens\[{lead + 1}\] = 3 is smaller than its query length 5"
+    ):
         plugin_split(batch)
 
 
-def test_context_after_first_prefill():
-    batch = samples.make_batch([1, 6, 5, 4], [9, 6, 25, 4])
+@LEAD
+def test_context_after_first_prefill(lead):
+    batch = _lead(lead, [1, 6, 5, 4], [9, 6, 25, 4])
     with pytest.raises(
-        ValueError, match=r"request 2 has context .* after the first prefill \(request 1\)"
+        ValueError,
+        match=rf"request {lead + 2} has context .* after the first prefill \(request {lead + 1}\)",
     ):
         plugin_split(batch)
 

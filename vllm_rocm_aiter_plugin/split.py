@@ -55,19 +55,73 @@ def split_decodes_prefills_and_extends(
     if cam.max_query_len <= decode_threshold:
         # Pure decode (incl. EAGLE/MTP spec tokens): nothing to read, no tensor op, no host sync.
         return cam.num_reqs, 0, 0, cam.num_actual_tokens, 0, 0
+    if cam.num_reqs <= SMALL_BATCH:
+        return _split_small(cam, decode_threshold)
     return _split_mixed(cam, decode_threshold)
+
+
+SMALL_BATCH = 64
+"""Up to this many requests one pass over Python ints beats numpy's per-call overhead."""
+
+
+def _split_small(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
+    """The mixed path for small batches: Python ints, the same results and errors as numpy's."""
+    num_reqs = cam.num_reqs
+    num_tokens = cam.num_actual_tokens
+    qsl = cam.query_start_loc_cpu.tolist()
+    _check_offsets(len(qsl), num_reqs, qsl[0] if qsl else None)
+    num_decodes = -1
+    for row in range(num_reqs):
+        query_len = qsl[row + 1] - qsl[row]
+        if query_len < 0:
+            _raise_decreasing(row, qsl[row], qsl[row + 1])
+        if query_len > threshold and num_decodes < 0:
+            num_decodes = row
+    if num_decodes < 0:
+        return num_reqs, 0, 0, num_tokens, 0, 0
+
+    seq_lens = _host_seq_lens(cam).tolist()
+    _check_seq_lens_length(len(seq_lens), num_reqs)
+    first_prefill = -1
+    start = 0
+    for row in range(num_reqs):
+        end = qsl[row + 1]
+        query_len = end - start
+        start = end
+        seq_len = seq_lens[row]
+        if seq_len < query_len:
+            _raise_short_seq(row, seq_len, query_len)
+        if first_prefill < 0:
+            if seq_len == query_len and query_len > threshold:
+                first_prefill = row
+        elif seq_len > query_len:
+            _raise_context_after_prefill(row, seq_len, query_len, first_prefill)
+    num_decode_tokens = qsl[num_decodes]
+    if first_prefill < 0:
+        return (
+            num_decodes,
+            num_reqs - num_decodes,
+            0,
+            num_decode_tokens,
+            num_tokens - num_decode_tokens,
+            0,
+        )
+    prefill_start_token = qsl[first_prefill]
+    return (
+        num_decodes,
+        first_prefill - num_decodes,
+        num_reqs - first_prefill,
+        num_decode_tokens,
+        prefill_start_token - num_decode_tokens,
+        num_tokens - prefill_start_token,
+    )
 
 
 def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     num_reqs = cam.num_reqs
     num_tokens = cam.num_actual_tokens
     qsl = _host_array(cam.query_start_loc_cpu)
-    if qsl.shape[0] != num_reqs + 1:
-        raise ValueError(
-            f"query_start_loc_cpu has {qsl.shape[0]} entries, expected num_reqs + 1 = {num_reqs + 1}"
-        )
-    if qsl[0] != 0:
-        raise ValueError(f"query_start_loc_cpu must start at 0, got {int(qsl[0])}")
+    _check_offsets(qsl.shape[0], num_reqs, int(qsl[0]) if qsl.shape[0] else None)
     query_lens = qsl[1:] - qsl[:-1]
     long_query = query_lens > threshold
     num_decodes = int(long_query.argmax()) if num_reqs else 0
@@ -76,18 +130,12 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
         return num_reqs, 0, 0, num_tokens, 0, 0
 
     seq_lens = _host_array(_host_seq_lens(cam))
-    if seq_lens.shape[0] < num_reqs:
-        raise ValueError(
-            f"seq_lens has {seq_lens.shape[0]} entries, expected at least num_reqs = {num_reqs}"
-        )
+    _check_seq_lens_length(seq_lens.shape[0], num_reqs)
     context_lens = seq_lens[:num_reqs] - query_lens
     if np.minimum(query_lens, context_lens).min() < 0:  # one pass for both checks
         _check_query_lens(qsl, query_lens)
         row = int((context_lens < 0).argmax())
-        raise ValueError(
-            f"seq_lens[{row}] = {int(seq_lens[row])} is smaller than its query length "
-            f"{int(query_lens[row])}"
-        )
+        _raise_short_seq(row, int(seq_lens[row]), int(query_lens[row]))
     num_decode_tokens = int(qsl[num_decodes])
     is_prefill = long_query & (context_lens == 0)
     first_prefill = int(is_prefill.argmax())
@@ -103,12 +151,7 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     after = context_lens[first_prefill:]
     if after.any():
         row = first_prefill + int((after > 0).argmax())
-        raise ValueError(
-            f"request {row} has context (seq_lens {int(seq_lens[row])} > query length "
-            f"{int(query_lens[row])}) but comes after the first prefill (request "
-            f"{first_prefill}); the prefill path would ignore its context. "
-            "Reorder the batch: decode -> extend -> prefill."
-        )
+        _raise_context_after_prefill(row, int(seq_lens[row]), int(query_lens[row]), first_prefill)
     prefill_start_token = int(qsl[first_prefill])
     return (
         num_decodes,
@@ -124,9 +167,39 @@ def _check_query_lens(qsl: np.ndarray, query_lens: np.ndarray) -> None:
     """Raise if ``query_start_loc_cpu`` decreases anywhere."""
     if query_lens.size and query_lens.min() < 0:
         row = int((query_lens < 0).argmax())
+        _raise_decreasing(row, int(qsl[row]), int(qsl[row + 1]))
+
+
+def _check_offsets(length: int, num_reqs: int, first: int | None) -> None:
+    if length != num_reqs + 1:
         raise ValueError(
-            f"query_start_loc_cpu decreases at request {row}: {int(qsl[row])} -> {int(qsl[row + 1])}"
+            f"query_start_loc_cpu has {length} entries, expected num_reqs + 1 = {num_reqs + 1}"
         )
+    if first != 0:
+        raise ValueError(f"query_start_loc_cpu must start at 0, got {first}")
+
+
+def _check_seq_lens_length(length: int, num_reqs: int) -> None:
+    if length < num_reqs:
+        raise ValueError(f"seq_lens has {length} entries, expected at least num_reqs = {num_reqs}")
+
+
+def _raise_decreasing(row: int, start: int, end: int) -> None:
+    raise ValueError(f"query_start_loc_cpu decreases at request {row}: {start} -> {end}")
+
+
+def _raise_short_seq(row: int, seq_len: int, query_len: int) -> None:
+    raise ValueError(f"seq_lens[{row}] = {seq_len} is smaller than its query length {query_len}")
+
+
+def _raise_context_after_prefill(
+    row: int, seq_len: int, query_len: int, first_prefill: int
+) -> None:
+    raise ValueError(
+        f"request {row} has context (seq_lens {seq_len} > query length {query_len}) but comes "
+        f"after the first prefill (request {first_prefill}); the prefill path would ignore its "
+        "context. Reorder the batch: decode -> extend -> prefill."
+    )
 
 
 def _host_seq_lens(cam: CommonAttentionMetadata) -> torch.Tensor:
