@@ -96,24 +96,9 @@ def _split_small(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
                 first_prefill = row
         elif seq_len > query_len:
             _raise_context_after_prefill(row, seq_len, query_len, first_prefill)
-    num_decode_tokens = qsl[num_decodes]
-    if first_prefill < 0:
-        return (
-            num_decodes,
-            num_reqs - num_decodes,
-            0,
-            num_decode_tokens,
-            num_tokens - num_decode_tokens,
-            0,
-        )
-    prefill_start_token = qsl[first_prefill]
-    return (
-        num_decodes,
-        first_prefill - num_decodes,
-        num_reqs - first_prefill,
-        num_decode_tokens,
-        prefill_start_token - num_decode_tokens,
-        num_tokens - prefill_start_token,
+    prefill_start = qsl[first_prefill] if first_prefill >= 0 else None
+    return _counts(
+        num_reqs, num_tokens, num_decodes, qsl[num_decodes], first_prefill, prefill_start
     )
 
 
@@ -140,6 +125,27 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     is_prefill = long_query & (context_lens == 0)
     first_prefill = int(is_prefill.argmax())
     if not is_prefill[first_prefill]:
+        return _counts(num_reqs, num_tokens, num_decodes, num_decode_tokens, -1, None)
+    after = context_lens[first_prefill:]
+    if after.any():
+        row = first_prefill + int((after > 0).argmax())
+        _raise_context_after_prefill(row, int(seq_lens[row]), int(query_lens[row]), first_prefill)
+    prefill_start = int(qsl[first_prefill])
+    return _counts(
+        num_reqs, num_tokens, num_decodes, num_decode_tokens, first_prefill, prefill_start
+    )
+
+
+def _counts(
+    num_reqs: int,
+    num_tokens: int,
+    num_decodes: int,
+    num_decode_tokens: int,
+    first_prefill: int,
+    prefill_start_token: int | None,
+) -> SplitCounts:
+    """The six counts from the two boundaries; padding tokens go to the last non-empty group."""
+    if prefill_start_token is None:
         return (
             num_decodes,
             num_reqs - num_decodes,
@@ -148,11 +154,6 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
             num_tokens - num_decode_tokens,
             0,
         )
-    after = context_lens[first_prefill:]
-    if after.any():
-        row = first_prefill + int((after > 0).argmax())
-        _raise_context_after_prefill(row, int(seq_lens[row]), int(query_lens[row]), first_prefill)
-    prefill_start_token = int(qsl[first_prefill])
     return (
         num_decodes,
         first_prefill - num_decodes,
