@@ -98,7 +98,7 @@ def handles(builder: AiterFlashAttentionMetadataBuilder) -> bool:
 
 
 def _sync_allowed() -> contextlib.AbstractContextManager[Any]:
-    allowed = getattr(aiter_fa, "gpu_sync_allowed", None)  # vLLM >= 0.24
+    allowed = getattr(aiter_fa, "gpu_sync_allowed", None)  # newer vLLM only
     return allowed() if allowed is not None else contextlib.nullcontext()
 
 
@@ -150,7 +150,7 @@ def build(
         extra["kv_sharing_metadata"] = None
     if hasattr(builder, "k_scale"):
         k_scale, v_scale = builder.k_scale, builder.v_scale
-    else:  # <= 0.23 keeps one scale for both
+    else:  # <= 0.32 keeps one scale for both
         k_scale = v_scale = builder.scale
     return aiter_fa.AiterFlashAttentionMetadata(
         num_actual_tokens=cam.num_actual_tokens,
