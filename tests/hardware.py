@@ -75,3 +75,11 @@ def gate(config: pytest.Config, reason: str | None) -> None:
     if config.getoption("--require-hardware"):
         pytest.fail(f"--require-hardware: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def gated_device(config: pytest.Config, reason: str | None):
+    """The current GPU as a torch device, after gating on ``reason``."""
+    gate(config, reason)
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())

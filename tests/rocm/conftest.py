@@ -19,10 +19,5 @@ def _require_mi300(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(scope="session")
 def device(request: pytest.FixtureRequest):
-    import torch
-
-    hardware.gate(
-        request.config, hardware.current_mi300_reason()
-    )  # session fixtures run before autouse ones
-
-    return torch.device("cuda", torch.cuda.current_device())
+    # Session fixtures run before autouse ones: gate here too, before touching the GPU.
+    return hardware.gated_device(request.config, hardware.current_mi300_reason())
