@@ -241,6 +241,14 @@ def test_own_build_path_can_be_switched_off(monkeypatch):
     assert not builder_module.fast_build_enabled()
 
 
+def test_rebinding_refuses_code_that_does_not_call_the_split_as_a_global():
+    def build_without_split(self):
+        return None
+
+    with pytest.raises(builder_module.StockBuildNotRebindable, match="does not call"):
+        builder_module.rebind_split(build_without_split, lambda *a: None)
+
+
 def test_backend_and_builder_are_subclasses_of_vllm():
     assert issubclass(PluginAiterFlashAttentionBackend, AiterFlashAttentionBackend)
     assert (

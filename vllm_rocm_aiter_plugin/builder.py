@@ -63,9 +63,21 @@ def rebind_split(function: Callable[..., Any], split: Callable[..., Any]) -> Cal
     return rebound
 
 
-_stock_build_with_plugin_split = rebind_split(
-    AiterFlashAttentionMetadataBuilder.build, plugin_split.split_decodes_prefills_and_extends
-)
+try:
+    _stock_build_with_plugin_split = rebind_split(
+        AiterFlashAttentionMetadataBuilder.build, plugin_split.split_decodes_prefills_and_extends
+    )
+except StockBuildNotRebindable as exc:  # a future vLLM: keep the backend importable, say so
+    from vllm.logger import init_logger
+
+    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+    init_logger(LOGGER_NAME).warning(
+        "%s; outside the plugin's own build path ROCM_AITER_FA runs vLLM's build() unchanged "
+        "(stock split). Run `vllm-rocm-aiter-plugin doctor`.",
+        exc,
+    )
+    _stock_build_with_plugin_split = AiterFlashAttentionMetadataBuilder.build
 
 
 class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
