@@ -253,7 +253,7 @@ def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     for r in rows:
         stock_build = r.get("build_stock_us")
         lines.append(
-            f"| {r['shape']} | {r['requests']} | {r['tokens']} | {r['split_stock_us']:.1f} "
+            f"| {r['shape']} | {r['requests']} | {r['tokens']} | {r['split_stock_us']:.2f} "
             f"| {r['split_plugin_us']:.2f} | {_ratio(r['split_stock_us'], r['split_plugin_us'])} "
             f"| {'skipped (>8 GB)' if stock_build is None else f'{stock_build:.1f}'} "
             f"| {r['build_plugin_us']:.1f} | {_ratio(stock_build, r['build_plugin_us'])} "

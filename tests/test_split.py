@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from vllm.v1.attention.backends import utils as stock_utils
 
@@ -274,3 +276,66 @@ def test_every_reordered_batch_is_accepted(spec: BatchSpec):
         plugin_split(
             _batch(spec, with_upper_bound=with_upper_bound), decode_threshold=spec.threshold
         )
+
+
+def _oracle_error(query_lens: list[int], seq_lens: list[int], threshold: int) -> str | None:
+    """The first malformed row, by the documented order: offsets, then lengths, then layout."""
+    for row, query_len in enumerate(query_lens):
+        if query_len < 0:
+            return f"query_start_loc_cpu decreases at request {row}"
+    for row, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        if seq_len < query_len:
+            return f"seq_lens[{row}] = {seq_len} is smaller than its query length {query_len}"
+    prefill = next(
+        (
+            r
+            for r, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True))
+            if q > threshold and s == q
+        ),
+        None,
+    )
+    if prefill is not None:
+        for row in range(prefill, len(query_lens)):
+            if seq_lens[row] > query_lens[row]:
+                return f"request {row} has context"
+    return None
+
+
+@st.composite
+def arbitrary_batches(draw: st.DrawFn) -> tuple[int, list[int], list[int]]:
+    """Any rows at all, mostly well-formed: negative query lengths, short sequences, any order."""
+    threshold = draw(st.integers(1, 4))
+    n = draw(st.integers(1, 90))
+    query_lens = draw(st.lists(st.integers(-1, 9), min_size=n, max_size=n))
+    contexts = draw(st.lists(st.sampled_from([-2, 0, 0, 3, 50]), min_size=n, max_size=n))
+    assume(max(query_lens) > threshold)
+    return threshold, query_lens, [q + c for q, c in zip(query_lens, contexts, strict=True)]
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=arbitrary_batches())
+def test_both_paths_give_the_oracle_counts_or_its_first_error(case):
+    """Valid or not, reordered or not: the Python-int and numpy paths agree with the oracle, on
+    counts for well-formed batches and on the first malformed row for the rest."""
+    threshold, query_lens, seq_lens = case
+    offsets = [0]
+    for q in query_lens:
+        offsets.append(offsets[-1] + q)
+    valid = samples.make_batch([1] * len(query_lens), [1] * len(query_lens))
+    seq = torch.tensor(seq_lens, dtype=torch.int32)
+    fields = {"seq_lens_cpu_upper_bound": seq} if samples.has_seq_lens_upper_bound_field() else {}
+    batch = valid.replace(
+        query_start_loc_cpu=torch.tensor(offsets, dtype=torch.int32),
+        seq_lens=seq,
+        num_actual_tokens=max(offsets[-1], 0),
+        max_query_len=max(query_lens),
+        **fields,
+    )
+    error = _oracle_error(query_lens, seq_lens, threshold)
+    for path in (split_module._split_small, split_module._split_mixed):
+        if error is None:
+            expected = oracle_split(query_lens, seq_lens, max(offsets[-1], 0), threshold)
+            assert path(batch, threshold) == expected, path.__name__
+        else:
+            with pytest.raises(ValueError, match=re.escape(error)):
+                path(batch, threshold)
