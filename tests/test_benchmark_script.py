@@ -1,0 +1,71 @@
+"""The benchmark script runs and reports every column (it asserts no timing: benchmarks are not tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import vllm_releases
+from tests.subprocess_util import REPO_ROOT
+from vllm_rocm_aiter_plugin import fast_build
+
+pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
+
+
+def test_benchmark_script_reports_both_sides(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join("benchmarks", "bench_builder.py"),
+            "--sizes",
+            "1",
+            "8",
+            "--shapes",
+            "pure-decode",
+            "mixed",
+            "extend-heavy",
+            "--budget-s",
+            "0.02",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    rows = {(r["shape"], r["requests"]): r for r in report["rows"]}
+    # mixed needs 3 requests at least, so it has no row at size 1
+    assert set(rows) == {
+        ("pure-decode", 1),
+        ("pure-decode", 8),
+        ("mixed", 8),
+        ("extend-heavy", 1),
+        ("extend-heavy", 8),
+    }
+    affected = vllm_releases.installed_is_affected()
+    own_build = fast_build.enabled()
+    for (shape, n), row in rows.items():
+        assert row["split_plugin_us"] > 0 and row["build_plugin_us"] > 0
+        assert row["plugin_peak_bytes"] > 0
+        if shape == "pure-decode" and affected:  # the bug: stock cannot build these batches
+            assert row["split_stock_error"] == row["build_stock_error"] == "AssertionError"
+            assert row["split_stock_us"] is None and row["build_stock_us"] is None
+            assert f"| {shape} | {n} | {n} | raises AssertionError |" in proc.stdout
+        else:
+            assert row["split_stock_us"] > 0 and row["build_stock_us"] > 0
+            assert row["stock_peak_bytes"] > 0
+        if shape == "pure-decode":
+            assert row["split_plugin_tensor_ops"] == 0
+            if own_build:  # vLLM's own build() (0.20.0-0.21.0) copies seq_lens to the host
+                assert row["plugin_allocs"] == 0
+    assert report["machine"]["own_build_path"] is own_build
+    assert "| mixed | 8 |" in proc.stdout
