@@ -1,6 +1,6 @@
 """Shared fixtures over the real vLLM wheel, and the guard that refuses fake vLLM modules.
 
-Hardware tiers (tests/gpu, tests/rocm) gate themselves through ``hardware.require``; with
+Hardware tiers (tests/gpu, tests/rocm) gate themselves through ``hardware.gate``; with
 ``--require-hardware`` (or ``VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE=1``) every hardware skip
 becomes a failure, so a misconfigured GPU runner cannot pass by skipping.
 """

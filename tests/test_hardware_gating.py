@@ -57,6 +57,16 @@ def test_e2e_reason():
     )
 
 
+def test_unset_model_paths_skip_even_when_hardware_is_required(request, monkeypatch):
+    monkeypatch.setattr(request.config.option, "require_hardware", True)
+    with pytest.raises(pytest.fail.Exception, match="--require-hardware: no GPU"):  # control
+        hardware.gate(request.config, hardware.gpu_reason(False, "T"))
+    with pytest.raises(pytest.skip.Exception, match="model paths unset"):
+        hardware.skip_unless_configured(hardware.e2e_reason({}))
+    paths = {hardware.E2E_TARGET_ENV: "/m", hardware.E2E_DRAFT_ENV: "/d"}
+    hardware.skip_unless_configured(hardware.e2e_reason(paths))  # configured: runs
+
+
 def _run_hardware_tiers(
     tmp_path, *args: str, env_extra: dict[str, str] | None = None
 ) -> list[dict]:
