@@ -6,8 +6,8 @@ What it replaces: the body of vLLM's ``AiterFlashAttentionMetadataBuilder.build`
 On any other source the builder runs vLLM's own ``build()`` with the plugin's split instead.
 
 Why it is faster, and which stock lines each part mirrors:
-- split: :mod:`vllm_rocm_aiter_plugin.split` (numpy over zero-copy views) instead of stock's
-  torch ops and ``.item()`` calls;
+- split: :mod:`vllm_rocm_aiter_plugin.split` (Python ints, or numpy over zero-copy views) instead
+  of stock's torch ops and ``.item()`` calls;
 - query lengths and per-region maxima come from a numpy view of ``query_start_loc_cpu`` (stock:
   ``query_start_loc_cpu[1:] - query_start_loc_cpu[:-1]`` and ``.max().item()`` per region), so a
   pure-decode batch allocates no host tensor at all;
