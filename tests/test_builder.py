@@ -148,8 +148,7 @@ def test_same_metadata_as_stock(request, config_name, query_lens, seq_lens):
 SLIDING_WINDOWS = (None, 64, 1000)
 
 
-@pytest.fixture(scope="module")
-def builder_pairs(tiny_model_dir):
+def _builder_pairs(tiny_model_dir):
     """(stock, plugin) builders by (threshold, sliding window), each over a real Attention layer."""
     pairs = {}
     for spec_tokens in (0, 1, 3, 7):
@@ -170,6 +169,22 @@ def builder_pairs(tiny_model_dir):
     return pairs
 
 
+@pytest.fixture(scope="module")
+def builder_pairs(tiny_model_dir):
+    return _builder_pairs(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def fallback_builder_pairs(tiny_model_dir):
+    """The same pairs, with the plugin builders constructed while the own path is switched off."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(fast_build.FAST_BUILD_ENV, "0")
+        assert not builder_module.fast_build_enabled()
+        pairs = _builder_pairs(tiny_model_dir)
+    assert not any(plugin.uses_own_build for _, plugin in pairs.values())
+    return pairs
+
+
 @settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -186,11 +201,9 @@ def test_same_metadata_as_stock_on_random_reordered_batches(builder_pairs, spec:
 )
 @given(spec=reordered_batches(thresholds=(1, 4)), window=st.sampled_from(SLIDING_WINDOWS))
 def test_fallback_build_same_as_stock_on_random_reordered_batches(
-    builder_pairs, spec, window, monkeypatch
+    fallback_builder_pairs, spec, window
 ):
-    monkeypatch.setenv(fast_build.FAST_BUILD_ENV, "0")
-    assert not builder_module.fast_build_enabled()
-    _assert_same_as_stock(builder_pairs, spec, window)
+    _assert_same_as_stock(fallback_builder_pairs, spec, window)
 
 
 @pytest.mark.parametrize("num_extends", [1, 3, 8, 64])
@@ -236,9 +249,12 @@ def test_own_build_path_is_verified_on_the_ci_releases():
     )
 
 
-def test_own_build_path_can_be_switched_off(monkeypatch):
-    monkeypatch.setenv(fast_build.FAST_BUILD_ENV, "0")
-    assert not builder_module.fast_build_enabled()
+def test_own_build_path_can_be_switched_off(builder_pairs, fallback_builder_pairs):
+    """Builders constructed with VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0 run vLLM's build() code
+    (through the plugin's split); the others run the own path where it is verified."""
+    assert not any(plugin.uses_own_build for _, plugin in fallback_builder_pairs.values())
+    verified = fast_build.verified_release() is not None
+    assert all(plugin.uses_own_build == verified for _, plugin in builder_pairs.values())
 
 
 def test_rebinding_refuses_code_that_does_not_call_the_split_as_a_global():

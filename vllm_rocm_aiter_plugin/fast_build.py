@@ -91,9 +91,14 @@ def enabled() -> bool:
 
 
 def handles(builder: AiterFlashAttentionMetadataBuilder) -> bool:
-    """Whether this builder has no state the own path does not reproduce."""
-    if getattr(builder, "kv_sharing_workspace", None) is not None:
-        return False
+    """Whether this builder has no state the own path does not reproduce (KV sharing); fixed once
+    the builder is constructed."""
+    return getattr(builder, "kv_sharing_workspace", None) is None
+
+
+def handles_kv_layout() -> bool:
+    """Whether vLLM's current KV-cache layout is one the own path handles (not the fp8 shuffle
+    layout). A process-wide vLLM setting, read on every build as stock's build() does."""
     return not aiter_fa.rocm_aiter_ops.is_shuffle_kv_cache_enabled()
 
 
@@ -141,7 +146,9 @@ def build(
         )
     extend_metadata = None
     if num_extends:
-        extend_metadata = _extend_metadata(builder, cam, num_decodes, num_extends, seq_lens_host)
+        extend_metadata = _extend_metadata(
+            builder, cam, num_decodes, num_extends, query_lens, seq_lens_host
+        )
 
     extra: dict[str, Any] = {}
     if _HAS_USE_CASCADE:
@@ -230,12 +237,16 @@ def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _extend_metadata(
-    builder: Any, cam: Any, num_decodes: int, num_extends: int, seq_lens_host: torch.Tensor
+    builder: Any,
+    cam: Any,
+    num_decodes: int,
+    num_extends: int,
+    all_query_lens: np.ndarray,
+    seq_lens_host: torch.Tensor,
 ) -> Any:
     device = builder.device
     rows = slice(num_decodes, num_decodes + num_extends)
-    qsl_host = cam.query_start_loc_cpu
-    query_lens = (qsl_host[1:] - qsl_host[:-1])[rows]
+    query_lens = torch.from_numpy(all_query_lens[rows])  # same dtype as query_start_loc_cpu
     seq_lens = seq_lens_host[rows]
     context_lens = seq_lens - query_lens
     pin = _pin()
