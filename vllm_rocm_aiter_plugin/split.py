@@ -106,14 +106,15 @@ def _split_small(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
 
 
 def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
-    """The mixed path over zero-copy numpy views: about ten vector ops whatever the batch size.
+    """The mixed path over zero-copy numpy views: about ten numpy calls whatever the batch size.
 
     Reductions go through ``argmin``/``argmax``/``count_nonzero`` (C calls) rather than
-    ``min``/``any`` (Python-level wrappers, 3x the fixed cost on small arrays).
+    ``min``/``any`` (Python-level wrappers, 3x the fixed cost on small arrays); ``argmin`` of the
+    context lengths gives both their sign check and the first row without context.
     """
     num_reqs = cam.num_reqs
     num_tokens = cam.num_actual_tokens
-    qsl = _host_array(cam.query_start_loc_cpu)
+    qsl = cam.query_start_loc_cpu.numpy()  # zero-copy view; the tensor is on the host by contract
     if qsl.shape[0] != num_reqs + 1 or not num_reqs or qsl.item(0):
         _check_offsets(qsl.shape[0], num_reqs, qsl.item(0) if qsl.shape[0] else None)
         return 0, 0, 0, num_tokens, 0, 0
@@ -121,30 +122,26 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     if query_lens.item(0) > threshold:
         num_decodes = 0
     else:
-        long_query = query_lens > threshold
+        long_query = query_lens > _as_array(threshold, query_lens.dtype)
         num_decodes = int(long_query.argmax())
         if not long_query[num_decodes]:
-            if query_lens[query_lens.argmin()] < 0:
+            if query_lens.item(query_lens.argmin()) < 0:
                 _raise_first_invalid_row(qsl.tolist(), [])
             return num_reqs, 0, 0, num_tokens, 0, 0
 
-    seq_lens = _host_array(_host_seq_lens(cam))
+    seq_lens = _host_seq_lens(cam).numpy()
     if seq_lens.shape[0] < num_reqs:
         _check_seq_lens_length(seq_lens.shape[0], num_reqs)
     context_lens = seq_lens[:num_reqs] - query_lens
-    lowest = np.minimum(query_lens, context_lens)  # one pass for both sign checks
-    lowest = lowest.item(lowest.argmin())
-    if lowest < 0:
+    first_prefill = int(context_lens.argmin())  # the first row without context, if any
+    least_context = context_lens.item(first_prefill)
+    if least_context < 0 or query_lens.item(query_lens.argmin()) < 0:
         _raise_first_invalid_row(qsl.tolist(), seq_lens.tolist())
     num_decode_tokens = qsl.item(num_decodes)
-    if lowest:  # no row without context: no prefill
+    if least_context:  # every row has context: no prefill
         return _counts(num_reqs, num_tokens, num_decodes, num_decode_tokens, -1, None)
-    tail = context_lens[num_decodes:]
-    first_prefill = int(tail.argmin())  # the first zero, as no context is negative
-    if tail[first_prefill]:
-        return _counts(num_reqs, num_tokens, num_decodes, num_decode_tokens, -1, None)
-    first_prefill += num_decodes
-    if query_lens.item(first_prefill) <= threshold:  # a short prompt: find the first long one
+    if query_lens.item(first_prefill) <= threshold:  # a short row without context (a decode or a
+        # short prompt): the first prefill is the first long row without context from there
         is_prefill = (context_lens[first_prefill:] == 0) & (query_lens[first_prefill:] > threshold)
         offset = int(is_prefill.argmax())
         if not is_prefill[offset]:
@@ -160,6 +157,18 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
         first_prefill,
         qsl.item(first_prefill),
     )
+
+
+_SCALARS: dict[tuple[int, np.dtype], np.ndarray] = {}
+
+
+def _as_array(value: int, dtype: np.dtype) -> np.ndarray:
+    """``value`` as a 0-d array of ``dtype``, cached: comparing an array with a Python int makes
+    numpy convert the int on every call (half the cost of the comparison on small arrays)."""
+    scalar = _SCALARS.get((value, dtype))
+    if scalar is None:
+        scalar = _SCALARS.setdefault((value, dtype), np.array(value, dtype=dtype))
+    return scalar
 
 
 def _counts(
@@ -236,7 +245,8 @@ def _raise_first_invalid_row(
 
 
 def _host_seq_lens(cam: CommonAttentionMetadata) -> torch.Tensor:
-    """Host sequence lengths for the mixed path: the upper bound when present, else exact lens."""
+    """Host sequence lengths for the mixed path: the upper bound when present, else exact lens
+    (copied to the host)."""
     upper_bound = getattr(cam, "seq_lens_cpu_upper_bound", None)
     if upper_bound is not None:
         return upper_bound
@@ -259,11 +269,3 @@ def _warn_missing_upper_bound_once() -> None:
         "exact seq_lens instead (one device-to-host copy per such batch). Stock vLLM "
         "0.20.0-0.23.0 would have raised AssertionError here."
     )
-
-
-def _host_array(tensor: torch.Tensor) -> np.ndarray:
-    """A zero-copy numpy view of a host tensor (a copy only if it is not on the host)."""
-    try:
-        return tensor.numpy()
-    except TypeError:  # not on the host
-        return tensor.cpu().numpy()
