@@ -15,7 +15,7 @@ Differences from stock, all deliberate:
 - ``max_query_len > decode_threshold`` with no row above the threshold gives "all decodes" (stock
   returns all zeros, dropping every request);
 - the mixed path reads Python ints (up to ``SMALL_BATCH`` requests) or zero-copy numpy views of the
-  host tensors, with no torch op: 7-34x faster than stock (``benchmarks/bench_builder.py``).
+  host tensors, with no torch op: about 5-18x faster than stock (``benchmarks/bench_builder.py``).
 
 Batch layout expected (vLLM's ``reorder_batch_to_split_decodes_and_prefills``):
 decode -> short extend -> long extend -> prefill. Rows up to the first row whose query is longer than
