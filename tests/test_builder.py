@@ -223,6 +223,31 @@ def test_same_metadata_as_stock_with_many_context_chunks(builder_pairs, num_exte
         _assert_same_as_stock(builder_pairs, spec, window)
 
 
+INCONSISTENT_BUT_ACCEPTED = [
+    # (threshold, query lens, seq lens, max_query_len): stock builds these without complaint
+    (1, [0, 2], [5, 9], 1),  # max_query_len understates the longest query
+    (4, [4, 6, 1], [40, 50, 9], 4),
+    (1, [1, 0, 0], [9, 0, 0], 1),  # zero-length padded rows
+    (1, [0, 0], [0, 0], 1),
+    (4, [4, 0, 9, 0], [40, 0, 9, 0], 9),
+    (1, [1, 7, 0], [9, 80, 0], 7),
+]
+
+
+@pytest.mark.parametrize(
+    "threshold, query_lens, seq_lens, max_query_len", INCONSISTENT_BUT_ACCEPTED
+)
+def test_same_metadata_as_stock_on_inconsistent_but_accepted_input(
+    builder_pairs, threshold, query_lens, seq_lens, max_query_len
+):
+    stock_builder, plugin_builder = builder_pairs[threshold, None]
+    batch = samples.make_batch(query_lens, seq_lens, max_query_len=max_query_len)
+    with unpinned_host_memory():
+        stock = stock_builder.build(0, batch)
+        plugin = plugin_builder.build(0, batch)
+    assert_same_metadata(plugin, stock)
+
+
 def _assert_same_as_stock(builder_pairs, spec: BatchSpec, window) -> None:
     stock_builder, plugin_builder = builder_pairs[spec.threshold, window]
     batch = samples.make_batch(

@@ -6,11 +6,12 @@ import re
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vllm.v1.attention.backends import utils as stock_utils
 
 from tests.batches import BatchSpec, mixed_batches, reordered_batches
+from tests.model_runner_v2 import Step, v2_steps
 from tests.oracle import oracle_split
 from vllm_rocm_aiter_plugin import samples
 from vllm_rocm_aiter_plugin import split as split_module
@@ -64,6 +65,29 @@ REGION_TABLE = [
     ("short prompt between long prompts", 4, [4, 9, 2, 8], [40, 9, 2, 8], (1, 0, 3, 4, 0, 19)),
     ("zero-length padded requests", 1, [1, 5, 6, 0, 0], [9, 5, 6, 0, 0], (1, 0, 4, 1, 0, 11)),
     ("extends then padded requests", 1, [1, 5, 0], [9, 30, 0], (1, 2, 0, 1, 5, 0)),
+    # Model-runner V2 order (ascending query length): rows with context after a new prompt.
+    (
+        "v2: new prompt before a continuation",
+        1,
+        [1, 50, 800],
+        [901, 50, 8992],
+        (1, 2, 0, 1, 850, 0),
+    ),
+    (
+        "v2: prompts around a prefix-cache hit",
+        1,
+        [1, 20, 30, 40, 60],
+        [90, 20, 1054, 40, 60],
+        (1, 2, 2, 1, 50, 100),
+    ),
+    (
+        "v2: short prompt in the decode region",
+        4,
+        [4, 2, 9, 12],
+        [44, 2, 9, 80],
+        (2, 2, 0, 6, 21, 0),
+    ),
+    ("v2: continuation then padded rows", 1, [3, 9, 0, 0], [3, 90, 0, 0], (0, 4, 0, 0, 12, 0)),
 ]
 
 
@@ -260,64 +284,82 @@ def test_seq_len_smaller_than_query_len(lead, with_upper_bound):
 
 
 @LEAD
-def test_context_after_first_prefill(lead):
-    batch = _lead(lead, [1, 6, 5, 4], [9, 6, 25, 4])
+def test_context_after_a_prefill_goes_to_the_extend_region(lead):
+    """A row with context after a new prompt (model-runner V2 order) is never a prefill: the
+    prefill region starts after the last row with context."""
+    batch = _lead(lead, [1, 6, 5, 4, 7], [9, 6, 25, 4, 7])
+    assert plugin_split(batch) == (lead + 1, 2, 2, lead + 1, 11, 11)
+
+
+@LEAD
+def test_num_actual_tokens_below_last_offset(lead):
+    batch = _lead(lead, [1, 5, 6], [9, 20, 6])
+    batch = batch.replace(num_actual_tokens=lead + 11)
     with pytest.raises(
         ValueError,
-        match=rf"request {lead + 2} has context .* after the first prefill \(request {lead + 1}\)",
+        match=f"num_actual_tokens = {lead + 11} is smaller than the last query offset {lead + 12}",
     ):
         plugin_split(batch)
 
 
-@settings(max_examples=300, deadline=None)
-@given(spec=reordered_batches())
-def test_every_reordered_batch_is_accepted(spec: BatchSpec):
-    for with_upper_bound in (True, False):
-        plugin_split(
-            _batch(spec, with_upper_bound=with_upper_bound), decode_threshold=spec.threshold
-        )
+@LEAD
+@pytest.mark.parametrize("field", ["query_start_loc_cpu", "seq_lens_cpu_upper_bound", "seq_lens"])
+def test_tensors_of_the_wrong_rank(lead, field):
+    with_upper_bound = field != "seq_lens"
+    if with_upper_bound and not samples.has_seq_lens_upper_bound_field():
+        pytest.skip("this vLLM's CommonAttentionMetadata has no seq_lens_cpu_upper_bound field")
+    batch = _lead(lead, [1, 5, 6], [9, 20, 6], with_upper_bound=with_upper_bound)
+    batch = batch.replace(**{field: getattr(batch, field)[None]})
+    name = "query_start_loc_cpu" if field == "query_start_loc_cpu" else "seq_lens"
+    with pytest.raises(ValueError, match=rf"{name} must be 1-D, got shape \(1, \d+\)"):
+        plugin_split(batch)
 
 
-def _oracle_error(query_lens: list[int], seq_lens: list[int], threshold: int) -> str | None:
-    """The first malformed row, by the documented order: offsets, then lengths, then layout."""
+@pytest.mark.parametrize("threshold", [2**31 - 1, 2**31, 2**63, 10**30])
+@pytest.mark.parametrize("lead", [0, 100], ids=["small-batch", "large-batch"])
+def test_huge_thresholds_give_all_decodes_on_both_paths(lead, threshold):
+    batch = _lead(lead, [1, 5, 6], [9, 20, 6], max_query_len=10**31)
+    expected = (lead + 3, 0, 0, lead + 12, 0, 0)
+    assert split_module._split_small(batch, threshold) == expected
+    assert split_module._split_mixed(batch, threshold) == expected
+
+
+def _oracle_error(query_lens: list[int], seq_lens: list[int], num_tokens: int) -> str | None:
+    """The first problem, by the documented order: offsets, token count, then lengths."""
     for row, query_len in enumerate(query_lens):
         if query_len < 0:
             return f"query_start_loc_cpu decreases at request {row}"
+    if sum(query_lens) > num_tokens:
+        return f"num_actual_tokens = {num_tokens} is smaller than the last query offset"
     for row, (query_len, seq_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
         if seq_len < query_len:
             return f"seq_lens[{row}] = {seq_len} is smaller than its query length {query_len}"
-    prefill = next(
-        (
-            r
-            for r, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True))
-            if q > threshold and s == q
-        ),
-        None,
-    )
-    if prefill is not None:
-        for row in range(prefill, len(query_lens)):
-            if seq_lens[row] > query_lens[row]:
-                return f"request {row} has context"
     return None
 
 
 @st.composite
-def arbitrary_batches(draw: st.DrawFn) -> tuple[int, list[int], list[int]]:
-    """Any rows at all, mostly well-formed: negative query lengths, short sequences, any order."""
-    threshold = draw(st.integers(1, 4))
+def arbitrary_batches(draw: st.DrawFn) -> tuple[int, list[int], list[int], int]:
+    """Any rows at all, mostly well-formed: negative query lengths, short sequences, any order,
+    too few or padded tokens, thresholds up to beyond any integer dtype."""
+    threshold = draw(st.one_of(st.integers(1, 4), st.sampled_from([2**31, 2**63, 10**20])))
     n = draw(st.integers(1, 90))
     query_lens = draw(st.lists(st.integers(-1, 9), min_size=n, max_size=n))
     contexts = draw(st.lists(st.sampled_from([-2, 0, 0, 3, 50]), min_size=n, max_size=n))
-    assume(max(query_lens) > threshold)
-    return threshold, query_lens, [q + c for q, c in zip(query_lens, contexts, strict=True)]
+    num_tokens = max(sum(query_lens), 0) + draw(st.sampled_from([0, 0, 0, 3, -1]))
+    return (
+        threshold,
+        query_lens,
+        [q + c for q, c in zip(query_lens, contexts, strict=True)],
+        max(num_tokens, 0),
+    )
 
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=arbitrary_batches())
 def test_both_paths_give_the_oracle_counts_or_its_first_error(case):
-    """Valid or not, reordered or not: the Python-int and numpy paths agree with the oracle, on
-    counts for well-formed batches and on the first malformed row for the rest."""
-    threshold, query_lens, seq_lens = case
+    """Valid or not, in any order: the Python-int and numpy paths agree with the oracle, on
+    counts for well-formed batches and on the first problem for the rest."""
+    threshold, query_lens, seq_lens, num_tokens = case
     offsets = [0]
     for q in query_lens:
         offsets.append(offsets[-1] + q)
@@ -327,15 +369,55 @@ def test_both_paths_give_the_oracle_counts_or_its_first_error(case):
     batch = valid.replace(
         query_start_loc_cpu=torch.tensor(offsets, dtype=torch.int32),
         seq_lens=seq,
-        num_actual_tokens=max(offsets[-1], 0),
+        num_actual_tokens=num_tokens,
         max_query_len=max(query_lens),
         **fields,
     )
-    error = _oracle_error(query_lens, seq_lens, threshold)
+    error = _oracle_error(query_lens, seq_lens, num_tokens)
+    if error is None and not any(q > threshold for q in query_lens):
+        expected = (len(query_lens), 0, 0, num_tokens, 0, 0)
+    elif error is None:
+        expected = oracle_split(query_lens, seq_lens, num_tokens, threshold)
+    elif error.startswith("seq_lens") and not any(q > threshold for q in query_lens):
+        expected, error = (len(query_lens), 0, 0, num_tokens, 0, 0), None  # lengths never read
     for path in (split_module._split_small, split_module._split_mixed):
         if error is None:
-            expected = oracle_split(query_lens, seq_lens, max(offsets[-1], 0), threshold)
             assert path(batch, threshold) == expected, path.__name__
         else:
             with pytest.raises(ValueError, match=re.escape(error)):
                 path(batch, threshold)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step=v2_steps(max_requests=40))
+def test_v2_ordered_steps_match_the_oracle_on_both_paths(step: Step):
+    """Steps in model-runner V2 order (the installed vLLM's sort): both split paths give the
+    oracle's regions, which never put a row with context in the prefill region."""
+    ordered = step.v2_ordered()
+    query, seq = step.lens(ordered)
+    batch = step.batch(ordered)
+    expected = oracle_split(query, seq, batch.num_actual_tokens, step.threshold)
+    assert plugin_split(batch, decode_threshold=step.threshold) == expected
+    if max(query) > step.threshold:
+        assert split_module._split_small(batch, step.threshold) == expected
+        assert split_module._split_mixed(batch, step.threshold) == expected
+    first_prefill = expected[0] + expected[1]
+    assert all(s == q for q, s in zip(query[first_prefill:], seq[first_prefill:], strict=True))
+
+
+@needs_upper_bound_field
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step=v2_steps(max_requests=40))
+def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
+    """Stock's counts wherever stock puts no row with context in its prefill region; elsewhere
+    the plugin's prefill region is stock's minus the rows stock got wrong."""
+    ordered = step.v2_ordered()
+    query, seq = step.lens(ordered)
+    batch = step.batch(ordered)
+    stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
+    plugin = plugin_split(batch, decode_threshold=step.threshold)
+    stock_prefill = stock[0] + stock[1]
+    if all(s == q for q, s in zip(query[stock_prefill:], seq[stock_prefill:], strict=True)):
+        assert plugin == stock
+    else:
+        assert plugin[0] == stock[0] and plugin[2] < stock[2]

@@ -129,7 +129,7 @@ def build(
     decode_metadata = None
     if num_decodes:
         if num_decodes == cam.num_reqs:
-            decode_max_query_len = _pure_decode_max_query_len(cam, qsl)
+            decode_max_query_len = _pure_decode_max_query_len(qsl)
         else:
             decode_max_query_len = int(query_lens[:num_decodes].max())
         decode_metadata = _decode_metadata(
@@ -181,20 +181,11 @@ def build(
     )
 
 
-def _pure_decode_max_query_len(cam: Any, qsl: np.ndarray) -> int:
-    """Longest query of an all-decode batch; O(1) for uniform and single-token batches.
-
-    ``max_query_len`` bounds every query from above, so if the queries add up to
-    ``num_reqs * max_query_len`` they all equal it; and with ``max_query_len == 1`` the longest is
-    1 unless every query is empty (padding). Otherwise read them all (stock always does).
-    """
-    total = int(qsl[-1] - qsl[0])
-    bound = cam.max_query_len
-    if total == cam.num_reqs * bound:
-        return bound
-    if bound == 1:
-        return 1 if total > 0 else 0
-    return int((qsl[1:] - qsl[:-1]).max())
+def _pure_decode_max_query_len(qsl: np.ndarray) -> int:
+    """Longest query of an all-decode batch, read from the offsets as stock does (``max_query_len``
+    is not trusted: a caller may understate it, and stock's metadata then carries the real one)."""
+    query_lens = qsl[1:] - qsl[:-1]
+    return query_lens.item(query_lens.argmax())
 
 
 def _decode_metadata(
