@@ -41,6 +41,10 @@ def test_demo_shows_the_fix_active():
     assert ("AssertionError" in out) is affected
     assert "num_decodes=4, num_extends=0, num_prefills=0, num_decode_tokens=16" in out
     assert "fix ACTIVE" in out
+    v2_step = out[out.index("Model-runner V2 step") :]
+    assert "stock split drops context        YES" in v2_step  # on every tested release
+    assert "num_decodes=1, num_extends=0, num_prefills=2" in v2_step  # stock: context lost
+    assert "num_decodes=1, num_extends=2, num_prefills=0, num_decode_tokens=1, " in v2_step
 
 
 def test_demo_fails_when_the_plugin_is_disabled():

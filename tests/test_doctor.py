@@ -11,7 +11,7 @@ import pytest
 
 from tests import vllm_releases
 from tests.subprocess_util import REPO_ROOT
-from vllm_rocm_aiter_plugin import doctor
+from vllm_rocm_aiter_plugin import doctor, samples
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
@@ -19,6 +19,16 @@ TOP_LEVEL_KEYS = {
     "versions", "gpu", "aiter", "aiter_env", "split", "plugins", "resolution",
     "check_errors", "problems", "verdict", "exit_code",
 }  # fmt: skip
+
+
+def _stock_drops_context() -> bool:
+    """Whether the installed vLLM's own split puts the continuation of the V2-order example (the
+    third request, 8192 cached tokens) in its prefill region."""
+    from vllm.v1.attention.backends import utils as stock_utils
+
+    batch = samples.make_batch([1, 50, 800], [901, 50, 8992])
+    num_decodes, num_extends, *_ = stock_utils.split_decodes_prefills_and_extends(batch, 1)
+    return int(num_decodes) + int(num_extends) <= 2
 
 
 def _doctor(env_extra: dict[str, str]) -> tuple[int, dict]:
@@ -43,6 +53,7 @@ def test_default_install_reports_fix_active():
     assert report["check_errors"] == {} and report["problems"] == []
     assert report["verdict"].startswith("fix ACTIVE")
     assert report["split"]["stock_split_affected"] is vllm_releases.installed_is_affected()
+    assert report["split"]["stock_split_drops_context_v2_order"] is _stock_drops_context()
     assert report["resolution"]["resolves_to_plugin"] is True
     assert report["resolution"]["overridden_by_other"] is None
     assert report["plugins"]["general_entry_point"] and report["plugins"]["platform_entry_point"]
@@ -65,9 +76,12 @@ def test_disabled_plugin(env, problem):
     code, report = _doctor(env)
     assert report["resolution"]["resolves_to_plugin"] is False
     assert any(p.startswith(problem) for p in report["problems"]), report["problems"]
-    if vllm_releases.installed_is_affected():
+    if vllm_releases.installed_is_affected() or _stock_drops_context():
         assert code == report["exit_code"] == 1
         assert report["verdict"].startswith("AFFECTED and the fix is NOT active")
+        assert ("model-runner V2 steps can lose context" in report["verdict"]) is (
+            _stock_drops_context()
+        )
     else:
         assert code == report["exit_code"] == 0
         assert report["verdict"].startswith("fix not needed")

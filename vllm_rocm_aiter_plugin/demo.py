@@ -2,8 +2,9 @@
 
 Steps: report versions; probe the stock split on an EAGLE pure-decode batch; let vLLM load its
 plugins and check what ``ROCM_AITER_FA`` resolves to; build that batch with vLLM's stock builder and
-with the registered backend's builder (a real ``VllmConfig`` over a tiny Llama, 3 speculative tokens).
-Exit 0 when the registered builder is the plugin's and builds the batch.
+with the registered backend's builder (a real ``VllmConfig`` over a tiny Llama, 3 speculative tokens);
+then build a step in model-runner V2 order, where stock puts a row with context in the prefill
+region. Exit 0 when the registered builder is the plugin's and builds both batches.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ def _build(builder_cls: type, vllm_config: object, batch: object) -> tuple[bool,
     import torch
 
     from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
 
     builder = builder_cls(samples.kv_cache_spec(vllm_config), [], vllm_config, torch.device("cpu"))
     try:
-        meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
+        with unpinned_host_memory():  # both builders' extend paths pin host memory; no GPU here
+            meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}".rstrip(": ")
     return True, (
         f"{type(meta).__name__}(num_decodes={meta.num_decodes}, num_extends={meta.num_extends}, "
         f"num_prefills={meta.num_prefills}, num_decode_tokens={meta.num_decode_tokens}, "
-        f"decode_metadata.max_query_len={meta.decode_metadata.max_query_len})"
+        f"num_extend_tokens={meta.num_extend_tokens})"
     )
 
 
@@ -70,9 +73,30 @@ def run(out: TextIO = sys.stdout) -> int:
     say("  registered builder", f"{registered_builder.__module__}.{registered_builder.__name__}")
     say("", plugin_result)
 
-    fixed = active and plugin_ok
+    v2_probe = probe.probe_stock_v2_order()
+    v2_config = samples.tiny_vllm_config()
+    v2_batch = samples.v2_order_batch()
+    steps = ", ".join(f"q={q} ctx={c}" for q, c in samples.V2_ORDER_EXAMPLE)
+    print(f"\nModel-runner V2 step (sorted by query length, threshold 1): {steps}", file=out)
+    print(
+        "  counts: decodes/extends/prefills and their tokens; the prefill kernel attends only to "
+        "the new tokens, so a row with context must not be a prefill",
+        file=out,
+    )
+    say(
+        "  stock split drops context", f"{'YES' if v2_probe.affected else 'no'} ({v2_probe.detail})"
+    )
+    _, stock_v2 = _build(AiterFlashAttentionMetadataBuilder, v2_config, v2_batch)
+    v2_ok, plugin_v2 = _build(registered_builder, v2_config, v2_batch)
+    say("  vLLM's stock builder", stock_v2)
+    say("  registered builder", plugin_v2)
+
+    fixed = active and plugin_ok and v2_ok
     if fixed:
-        verdict = "fix ACTIVE: ROCM_AITER_FA builds EAGLE pure-decode batches"
+        verdict = (
+            "fix ACTIVE: ROCM_AITER_FA builds EAGLE pure-decode batches and keeps every row with "
+            "context out of the prefill region"
+        )
     elif not active:
         verdict = (
             "fix NOT active: ROCM_AITER_FA is not the plugin's (see the log above, or run doctor)"

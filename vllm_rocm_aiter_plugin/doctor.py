@@ -80,10 +80,15 @@ def _aiter() -> dict[str, Any]:
 
 
 def _split() -> dict[str, Any]:
-    from vllm_rocm_aiter_plugin.probe import probe_stock_split
+    from vllm_rocm_aiter_plugin.probe import probe_stock_split, probe_stock_v2_order
 
-    result = probe_stock_split()
-    return {"stock_split_affected": result.affected, "detail": result.detail}
+    eagle, v2_order = probe_stock_split(), probe_stock_v2_order()
+    return {
+        "stock_split_affected": eagle.affected,
+        "detail": eagle.detail,
+        "stock_split_drops_context_v2_order": v2_order.affected,
+        "v2_order_detail": v2_order.detail,
+    }
 
 
 def _plugins() -> dict[str, Any]:
@@ -195,13 +200,19 @@ def _verdict(report: dict[str, Any]) -> tuple[str, int]:
     if split is not None and resolution is not None:
         if resolution["resolves_to_plugin"]:
             return "fix ACTIVE: ROCM_AITER_FA resolves to the plugin", EXIT_OK
-        if not split["stock_split_affected"]:
+        harms = []
+        if split["stock_split_affected"]:
+            harms.append("EAGLE on ROCM_AITER_FA will crash")
+        if split["stock_split_drops_context_v2_order"]:
+            harms.append("model-runner V2 steps can lose context silently")
+        if not harms:
             return (
-                "fix not needed: this vLLM's stock split handles EAGLE pure-decode batches",
+                "fix not needed: this vLLM's stock split handles EAGLE pure-decode batches and "
+                "model-runner V2 order",
                 EXIT_OK,
             )
         return (
-            "AFFECTED and the fix is NOT active: EAGLE on ROCM_AITER_FA will crash (see problems)",
+            f"AFFECTED and the fix is NOT active: {'; '.join(harms)} (see problems)",
             EXIT_NOT_ACTIVE,
         )
     missing = ", ".join(sorted(report["check_errors"])) or "unknown"
@@ -248,6 +259,12 @@ def render(report: dict[str, Any], out: TextIO) -> None:
     s = report.get("split") or {}
     rows.append(
         ("stock split affected", f"{_fmt(s.get('stock_split_affected'))} ({s.get('detail')})")
+    )
+    rows.append(
+        (
+            "stock drops context (V2 order)",
+            f"{_fmt(s.get('stock_split_drops_context_v2_order'))} ({s.get('v2_order_detail')})",
+        )
     )
     p = report.get("plugins") or {}
     rows += [

@@ -34,6 +34,38 @@ def probe_stock_split() -> SplitProbe:
     return SplitProbe(False, f"stock split returns {tuple(int(c) for c in counts)}")
 
 
+def probe_stock_v2_order() -> SplitProbe:
+    """Run the installed vLLM's own split on a step in model-runner V2 order
+    (``samples.V2_ORDER_EXAMPLE``): affected if a row with context lands in the prefill region,
+    whose kernel attends only to the new tokens."""
+    from vllm.v1.attention.backends import utils as stock_utils
+
+    from vllm_rocm_aiter_plugin import samples
+
+    batch = samples.v2_order_batch()
+    try:
+        counts = stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=1)
+    except Exception as exc:
+        return SplitProbe(True, f"stock split raises {type(exc).__name__} on a V2-ordered step")
+    counts = tuple(int(c) for c in counts)
+    first_prefill = counts[0] + counts[1]
+    lost = [
+        row
+        for row, (_, context) in enumerate(samples.V2_ORDER_EXAMPLE)
+        if context and row >= first_prefill
+    ]
+    if lost:
+        dropped = sum(samples.V2_ORDER_EXAMPLE[row][1] for row in lost)
+        return SplitProbe(
+            True,
+            f"stock split returns {counts}: request {', '.join(map(str, lost))} with context goes "
+            f"to the prefill region and ignores {dropped} cached tokens",
+        )
+    return SplitProbe(
+        False, f"stock split returns {counts}: no row with context in the prefill region"
+    )
+
+
 _RESOLVE_SCRIPT = """
 import json
 from vllm.plugins import load_general_plugins

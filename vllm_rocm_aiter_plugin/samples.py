@@ -254,3 +254,17 @@ def eagle_decode_batch(
         with_upper_bound=False,
         **kwargs,
     )
+
+
+V2_ORDER_EXAMPLE: tuple[tuple[int, int], ...] = ((1, 900), (50, 0), (800, 8192))
+"""(query length, context length) per request of a step in model-runner V2 order at threshold 1:
+a decode, a new prompt, then the next chunk of a long prompt with 8192 cached tokens. V2 sorts by
+query length, so the row with context comes after the new prompt."""
+
+
+def v2_order_batch(**kwargs: Any) -> CommonAttentionMetadata:
+    """:data:`V2_ORDER_EXAMPLE` as a real ``CommonAttentionMetadata`` (with the upper bound, as
+    model-runner V2's main step passes it)."""
+    return make_batch(
+        [q for q, _ in V2_ORDER_EXAMPLE], [q + c for q, c in V2_ORDER_EXAMPLE], **kwargs
+    )

@@ -23,6 +23,11 @@ BATCHES = {
     "extend-chunked": (0, [40, 17, 99, 8, 64, 3, 25, 11], [9000] * 8),  # 3 context chunks each
     "prefill": (0, [7, 300, 33, 128], [0, 0, 0, 0]),
     "mixed": (3, [4, 4, 2, 90, 33, 2, 150], [77, 300, 12, 5000, 0, 0, 0]),
+    # Model-runner V2 order (sorted by query length): new prompts before rows with context, so
+    # the extend region holds rows without context (they gather no context tokens).
+    "v2-order": (0, [1, 1, 50, 800], [900, 37, 0, 8192]),
+    "v2-order-eagle": (3, [4, 4, 2, 9, 70], [300, 77, 0, 0, 5000]),
+    "v2-order-prefix-hit": (0, [1, 20, 30, 40, 60], [90, 0, 1024, 0, 0]),
 }
 
 
