@@ -7,6 +7,7 @@ Sessions:
   compat               the CPU suite against every release 0.20.0-0.33.0 in one environment,
                        swapping vLLM with --no-deps; writes compat/results.md (see scripts/compat.py)
   bench                benchmarks/bench_builder.py against the newest vLLM
+  trace                benchmarks/serving_trace.py (vLLM's Scheduler, model-runner V2 order)
 Pass extra pytest arguments after --, e.g. ``scripts/nox -s tests -- -k split``.
 """
 
@@ -77,3 +78,16 @@ def bench(session: nox.Session) -> None:
     ]  # fmt: skip
     os.makedirs("benchmarks/results", exist_ok=True)
     session.run("python", "benchmarks/bench_builder.py", *args)
+
+
+@nox.session
+def trace(session: nox.Session) -> None:
+    install_stack(session, NEWEST_VLLM)
+    session.install(*QUIET, "-r", "requirements/bench.txt")
+    args = session.posargs or [
+        "--json", "benchmarks/results/serving_trace.json",
+        "--markdown", "benchmarks/results/serving_trace.md",
+        "--plot", "benchmarks/results/serving_trace.png",
+    ]  # fmt: skip
+    os.makedirs("benchmarks/results", exist_ok=True)
+    session.run("python", "benchmarks/serving_trace.py", *args)

@@ -22,7 +22,9 @@ per-torch-call overhead to both, and more in total to whichever makes more torch
 without extends run without it. On a GPU machine pinning works and no mode is used.
 
 Shapes: pure decode (query 1) and EAGLE decode (query 4) without ``seq_lens_cpu_upper_bound``;
-prefill-only (prompts 128-2048); mixed decode + extend + prefill; extend-heavy (all extends with
+prefill-only (prompts 128-2048); mixed decode + extend + prefill, in V1 region order and in
+model-runner V2 order (sorted by query length: stock's split is wrong there, its time is still
+measured on the same batch); extend-heavy (all extends with
 2k-8k tokens of context, several context chunks). Stock build() on extend-heavy batches of 1024
 requests would allocate a [chunks, 1024, 32768] boolean tensor (~8.6 GB) and is skipped.
 """
@@ -81,11 +83,22 @@ def make_shapes(
         s = [qq + int(c) for qq, c in zip(q, rng.integers(2048, 8193, n), strict=True)]
         return (q, s, 1) if sum(q) <= TOKEN_BUDGET else None
 
+    def mixed_v2(n: int):
+        """The mixed batch as model-runner V2 lays it out: sorted by query length, so new prompts
+        come before longer rows with context (extend regions hold rows without context)."""
+        spec = mixed(n)
+        if spec is None:
+            return None
+        q, s, threshold = spec
+        order = sorted(range(len(q)), key=q.__getitem__)
+        return [q[i] for i in order], [s[i] for i in order], threshold
+
     return {
         "pure-decode": lambda n: decode(n, 1),
         "eagle-decode": lambda n: decode(n, 4),
         "prefill-only": prefill,
         "mixed": lambda n: mixed(n) if n >= 3 else None,
+        "mixed-v2": lambda n: mixed_v2(n) if n >= 3 else None,
         "extend-heavy": extend_heavy,
     }
 
@@ -211,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             pure_decode = shape.endswith("decode")
             batch = samples.make_batch(query_lens, seq_lens, with_upper_bound=not pure_decode)
             stock_builder, plugin_builder = builders[threshold]
-            has_extends = shape in ("mixed", "extend-heavy")
+            has_extends = shape in ("mixed", "mixed-v2", "extend-heavy")
             mode = unpinned_host_memory if has_extends else contextlib.nullcontext
             row: dict[str, Any] = {"shape": shape, "requests": n, "tokens": int(sum(query_lens))}
 

@@ -69,3 +69,38 @@ def test_benchmark_script_reports_both_sides(tmp_path):
                 assert row["plugin_allocs"] == 0
     assert report["machine"]["own_build_path"] is own_build
     assert "| mixed | 8 |" in proc.stdout
+
+
+def test_serving_trace_reports_stock_dropping_context_and_the_plugin_never(tmp_path):
+    """vLLM's own Scheduler under load, steps in model-runner V2 order: stock drops context on
+    some steps, the plugin on none, and V1 order on none (no timing asserted)."""
+    out = tmp_path / "trace.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join("benchmarks", "serving_trace.py"),
+            "--steps",
+            "100",
+            "--workloads",
+            "chunked-8192",
+            "prefix-cache-heavy",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["workload"] for r in rows] == ["chunked-8192", "prefix-cache-heavy"]
+    for row in rows:
+        assert row["steps"] > 50 and row["mixed_steps"] > 0 and row["requests"] > 0
+        assert row["plugin_steps"] == row["plugin_requests"] == 0
+        assert row["v1_stock_steps"] == 0
+        assert row["build_stock_s"] > 0 and row["build_plugin_s"] > 0
+        assert row["stock_requests"] <= row["requests"]
+    assert sum(r["stock_steps"] for r in rows) > 0  # the bug, on vLLM's own scheduling
+    assert "| prefix-cache-heavy | " in proc.stdout

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NoReturn
 import numpy as np
 
 if TYPE_CHECKING:
+    import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
 SplitCounts = tuple[int, int, int, int, int, int]
@@ -67,19 +68,23 @@ def _split_small(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     """The mixed path over Python ints; the same results and errors as :func:`_split_mixed`."""
     num_reqs = cam.num_reqs
     num_tokens = cam.num_actual_tokens
-    qsl = _host_offsets(cam).tolist()
+    qsl = cam.query_start_loc_cpu.tolist()
+    if len(qsl) != num_reqs + 1 or qsl[0] != 0:
+        _check_offsets(cam)
     query_lens = [end - start for start, end in pairwise(qsl)]
     first_long = -1
     for row, query_len in enumerate(query_lens):
         if query_len > threshold:
             first_long = row
             break
-    if min(query_lens, default=0) < 0 or qsl[-1] > num_tokens:
+    if qsl[-1] > num_tokens or (query_lens and min(query_lens) < 0):
         _raise_first_error(qsl, num_tokens)
     if first_long < 0:
         return num_reqs, 0, 0, num_tokens, 0, 0
 
-    seq_lens = _host_seq_lens(cam, num_reqs).tolist()
+    seq_lens = _host_seq_lens(cam).tolist()
+    if len(seq_lens) < num_reqs or type(seq_lens[0]) is not int:
+        _check_seq_lens(cam, num_reqs)
     last_context = -1
     for row, query_len in enumerate(query_lens):
         context_len = seq_lens[row] - query_len
@@ -99,33 +104,41 @@ def _split_small(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
 def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
     """The mixed path over zero-copy numpy views: about a dozen numpy calls whatever the size.
 
-    Reductions go through ``argmin``/``argmax`` (C calls) rather than ``min``/``any``
-    (Python-level wrappers with a larger fixed cost on small arrays).
+    Reductions go through ``argmin``/``argmax`` (C calls) rather than ``min``/``any`` (Python-level
+    wrappers with a larger fixed cost on small arrays); the last row with context is the first
+    row with context of the reversed view.
     """
     num_reqs = cam.num_reqs
     num_tokens = cam.num_actual_tokens
-    qsl = _host_offsets(cam)
+    qsl = cam.query_start_loc_cpu.numpy()  # zero-copy view; the tensor is on the host by contract
+    if qsl.ndim != 1 or qsl.shape[0] != num_reqs + 1 or qsl.item(0):
+        _check_offsets(cam)
     query_lens = qsl[1:] - qsl[:-1]
-    if query_lens.item(query_lens.argmin()) < 0 or qsl.item(-1) > num_tokens:
+    if qsl.item(-1) > num_tokens or query_lens.item(query_lens.argmin()) < 0:
         _raise_first_error(qsl.tolist(), num_tokens)
     is_long = query_lens > _as_array(threshold, query_lens.dtype)
     first_long = int(is_long.argmax())
-    if not is_long[first_long]:
+    if not is_long.item(first_long):
         return num_reqs, 0, 0, num_tokens, 0, 0
 
-    context_lens = _host_seq_lens(cam, num_reqs)[:num_reqs] - query_lens
-    if context_lens.item(context_lens.argmin()) < 0:
-        _raise_first_error(qsl.tolist(), num_tokens, context_lens + query_lens)
-    # The last row with context: the first nonzero context length from the end.
-    has_context = context_lens != 0
-    from_end = int(has_context[::-1].argmax())
-    last_context = num_reqs - 1 - from_end if has_context[-1 - from_end] else -1
-    start = max(first_long, last_context + 1)
+    seq_lens = _host_seq_lens(cam).numpy()
+    if seq_lens.ndim != 1 or seq_lens.shape[0] < num_reqs:
+        _check_seq_lens(cam, num_reqs)
+    context_lens = seq_lens[:num_reqs] - query_lens
+    start = int(context_lens.argmin())  # the first row with the least context
+    least_context = context_lens.item(start)
+    if least_context < 0:
+        _raise_first_error(qsl.tolist(), num_tokens, seq_lens.tolist())
     first_prefill = -1
-    if start < num_reqs:
-        offset = int(is_long[start:].argmax())
-        if is_long[start + offset]:
-            first_prefill = start + offset
+    if not least_context:  # some row has no context: prefills start after the last with context
+        if np.count_nonzero(context_lens[start:]):  # rows with context come later (V2 order)
+            has_context = context_lens[::-1] > _as_array(0, context_lens.dtype)
+            start = num_reqs - int(has_context.argmax())
+        start = max(first_long, start)
+        if start < num_reqs:
+            offset = int(is_long[start:].argmax())
+            if is_long.item(start + offset):
+                first_prefill = start + offset
     prefill_start = qsl.item(first_prefill) if first_prefill >= 0 else None
     return _counts(
         num_reqs, num_tokens, first_long, qsl.item(first_long), first_prefill, prefill_start
@@ -174,36 +187,40 @@ def _counts(
     )
 
 
-def _host_offsets(cam: CommonAttentionMetadata) -> np.ndarray:
-    """``query_start_loc_cpu`` as a zero-copy numpy view, its shape and first value checked."""
-    offsets = cam.query_start_loc_cpu.numpy()  # the tensor is on the host by contract
-    if offsets.ndim != 1:
+def _check_offsets(cam: CommonAttentionMetadata) -> None:
+    """Raise for offsets of the wrong shape or not starting at 0 (called once a cheap check
+    failed)."""
+    offsets = cam.query_start_loc_cpu
+    if offsets.dim() != 1:
         raise ValueError(f"query_start_loc_cpu must be 1-D, got shape {tuple(offsets.shape)}")
     if offsets.shape[0] != cam.num_reqs + 1:
         raise ValueError(
             f"query_start_loc_cpu has {offsets.shape[0]} entries, expected num_reqs + 1 = "
             f"{cam.num_reqs + 1}"
         )
-    if offsets.item(0) != 0:
-        raise ValueError(f"query_start_loc_cpu must start at 0, got {offsets.item(0)}")
-    return offsets
+    if int(offsets[0]) != 0:
+        raise ValueError(f"query_start_loc_cpu must start at 0, got {int(offsets[0])}")
 
 
-def _host_seq_lens(cam: CommonAttentionMetadata, num_reqs: int) -> np.ndarray:
-    """Host sequence lengths for the mixed path, as a numpy view: the upper bound when present,
-    else the exact lengths (copied to the host, with one WARNING per process)."""
-    upper_bound = getattr(cam, "seq_lens_cpu_upper_bound", None)
-    if upper_bound is None:
-        _warn_missing_upper_bound_once()
-        upper_bound = cam.seq_lens.cpu()
-    seq_lens = upper_bound.numpy()
-    if seq_lens.ndim != 1:
+def _check_seq_lens(cam: CommonAttentionMetadata, num_reqs: int) -> None:
+    """Raise for host sequence lengths of the wrong shape (called once a cheap check failed)."""
+    seq_lens = _host_seq_lens(cam)
+    if seq_lens.dim() != 1:
         raise ValueError(f"seq_lens must be 1-D, got shape {tuple(seq_lens.shape)}")
     if seq_lens.shape[0] < num_reqs:
         raise ValueError(
             f"seq_lens has {seq_lens.shape[0]} entries, expected at least num_reqs = {num_reqs}"
         )
-    return seq_lens
+
+
+def _host_seq_lens(cam: CommonAttentionMetadata) -> torch.Tensor:
+    """Host sequence lengths for the mixed path: the upper bound when present, else the exact
+    lengths (copied to the host, with one WARNING per process)."""
+    upper_bound = getattr(cam, "seq_lens_cpu_upper_bound", None)
+    if upper_bound is not None:
+        return upper_bound
+    _warn_missing_upper_bound_once()
+    return cam.seq_lens.cpu()
 
 
 def _raise_first_error(
