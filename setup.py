@@ -35,7 +35,7 @@ setup(
         "vllm.platform_plugins": [
             "vllm_rocm_aiter_plugin = vllm_rocm_aiter_plugin:platform_plugin"
         ],
-        "console_scripts": ["vllm-rocm-aiter-plugin = vllm_rocm_aiter_plugin.cli:main"],
+        "console_scripts": ["vllm-rocm-aiter-plugin = vllm_rocm_aiter_plugin.diagnostics.cli:main"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -193,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.v1.attention.backends import utils as stock_utils
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
-    from vllm_rocm_aiter_plugin import fast_build, samples
+    from vllm_rocm_aiter_plugin import own_build
     from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
-    from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+    from vllm_rocm_aiter_plugin.diagnostics import samples
+    from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
     from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
     torch.set_num_threads(1)
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "vllm": vllm.__version__,
         "torch": torch.__version__,
-        "own_build_path": fast_build.enabled(),
+        "own_build_path": own_build.enabled(),
         "python": platform.python_version(),
         "cpu": _cpu_name(),
         "cores": os.cpu_count(),

@@ -86,7 +86,7 @@ def make_scheduler(config: Any, workload: Workload) -> Any:
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     config.cache_config.enable_prefix_caching = workload.prefix_caching
     config.cache_config.num_gpu_blocks = NUM_BLOCKS  # what the engine sets after profiling
@@ -187,8 +187,8 @@ def context_rows_in_prefill(counts: tuple, query: list[int], seq: list[int]) -> 
 def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> dict[str, Any]:
     from vllm.v1.attention.backends import utils as stock_utils
 
-    from vllm_rocm_aiter_plugin import samples
-    from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+    from vllm_rocm_aiter_plugin.diagnostics import samples
+    from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
     from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
     stock_builder, plugin_builder = builders
@@ -307,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
     from vllm.v1.worker.gpu import model_runner
 
-    from vllm_rocm_aiter_plugin import samples
     from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     torch.set_num_threads(1)
     model_dir = samples.write_tiny_llama()

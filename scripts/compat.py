@@ -23,10 +23,11 @@ OUT_DIR = os.path.join(ROOT, "compat")
 JUNIT_DIR = os.path.join(ROOT, "build", "compat")
 
 PROBE = (
-    "from vllm_rocm_aiter_plugin.probe import probe_stock_split\n"
+    "from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order\n"
     "import torch, vllm\n"
-    "r = probe_stock_split()\n"
-    "print('@@' + ('yes' if r.affected else 'no') + '@@' + vllm.__version__ + '@@' + torch.__version__)\n"
+    "r, v2 = probe_stock_split(), probe_stock_v2_order()\n"
+    "print('@@' + '@@'.join(['yes' if r.affected else 'no', 'yes' if v2.affected else 'no',\n"
+    "                        vllm.__version__, torch.__version__]))\n"
 )
 
 
@@ -55,8 +56,10 @@ def run_release(version: str) -> dict[str, object]:
     marker = [line for line in probe.stdout.splitlines() if line.startswith("@@")]
     if not marker:
         return {**row, "error": "vLLM does not import: " + probe.stderr.strip()[-300:]}
-    _, affected, installed, torch_version = marker[0].split("@@")
-    row.update(affected=affected, installed=installed, torch=torch_version)
+    _, affected, drops_context, installed, torch_version = marker[0].split("@@")
+    row.update(
+        affected=affected, drops_context=drops_context, installed=installed, torch=torch_version
+    )
     junit = os.path.join(JUNIT_DIR, f"junit-vllm-{version}.xml")
     start = time.monotonic()
     tests = subprocess.run(
@@ -74,17 +77,21 @@ def run_release(version: str) -> dict[str, object]:
 
 def markdown(rows: list[dict[str, object]]) -> str:
     lines = [
-        "| vLLM | stock split affected (probed) | passed | failed | skipped | seconds |",
-        "|---|---|---:|---:|---:|---:|",
+        "| vLLM | stock crashes on EAGLE decode (probed) | stock drops context in V2 order "
+        "(probed) | passed | failed | skipped | seconds |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "passed" in r:
             lines.append(
-                f"| {r['vllm']} | {r['affected']} | {r['passed']} | {r['failed']} | {r['skipped']} "
-                f"| {r['seconds']} |"
+                f"| {r['vllm']} | {r['affected']} | {r.get('drops_context', '-')} | {r['passed']} "
+                f"| {r['failed']} | {r['skipped']} | {r['seconds']} |"
             )
         else:
-            lines.append(f"| {r['vllm']} | {r.get('affected', '-')} | - | - | - | {r['error']} |")
+            lines.append(
+                f"| {r['vllm']} | {r.get('affected', '-')} | {r.get('drops_context', '-')} "
+                f"| - | - | - | {r['error']} |"
+            )
     return "\n".join(lines) + "\n"
 
 

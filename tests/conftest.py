@@ -76,7 +76,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     return samples.write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
@@ -84,7 +84,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def vllm_config(tiny_model_dir: str):
     """A real VllmConfig, no speculation: the builder's reorder threshold is 1."""
-    from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     return samples.tiny_vllm_config(tiny_model_dir)
 
@@ -92,7 +92,7 @@ def vllm_config(tiny_model_dir: str):
 @pytest.fixture(scope="session")
 def eagle_vllm_config(tiny_model_dir: str):
     """A real VllmConfig with 3 speculative tokens: the builder's reorder threshold is 4."""
-    from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     return samples.tiny_vllm_config(tiny_model_dir, num_speculative_tokens=3)
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from vllm_rocm_aiter_plugin.hardware import AiterInfo, GpuInfo, detect_gpu, probe_aiter
+from vllm_rocm_aiter_plugin.diagnostics.hardware import AiterInfo, GpuInfo, detect_gpu, probe_aiter
 
 E2E_TARGET_ENV = "VLLM_ROCM_AITER_E2E_TARGET"
 E2E_DRAFT_ENV = "VLLM_ROCM_AITER_E2E_DRAFT"

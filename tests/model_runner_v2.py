@@ -19,7 +19,7 @@ import torch
 from hypothesis import strategies as st
 from vllm.v1.attention.backend import CommonAttentionMetadata
 
-from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin.diagnostics import samples
 
 
 def _vllm_sort():

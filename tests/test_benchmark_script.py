@@ -11,7 +11,7 @@ import pytest
 
 from tests import vllm_releases
 from tests.subprocess_util import REPO_ROOT
-from vllm_rocm_aiter_plugin import fast_build
+from vllm_rocm_aiter_plugin import own_build
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
@@ -52,7 +52,7 @@ def test_benchmark_script_reports_both_sides(tmp_path):
         ("extend-heavy", 8),
     }
     affected = vllm_releases.installed_is_affected()
-    own_build = fast_build.enabled()
+    own_path = own_build.enabled()
     for (shape, n), row in rows.items():
         assert row["split_plugin_us"] > 0 and row["build_plugin_us"] > 0
         assert row["plugin_peak_bytes"] > 0
@@ -65,9 +65,9 @@ def test_benchmark_script_reports_both_sides(tmp_path):
             assert row["stock_peak_bytes"] > 0
         if shape == "pure-decode":
             assert row["split_plugin_tensor_ops"] == 0
-            if own_build:  # vLLM's own build() (0.20.0-0.21.0) copies seq_lens to the host
+            if own_path:  # vLLM's own build() (0.20.0-0.21.0) copies seq_lens to the host
                 assert row["plugin_allocs"] == 0
-    assert report["machine"]["own_build_path"] is own_build
+    assert report["machine"]["own_build_path"] is own_path
     assert "| mixed | 8 |" in proc.stdout
 
 

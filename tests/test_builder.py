@@ -18,10 +18,11 @@ from tests import vllm_releases
 from tests.batches import BatchSpec, reordered_batches
 from tests.metadata_compare import assert_same_metadata
 from vllm_rocm_aiter_plugin import builder as builder_module
-from vllm_rocm_aiter_plugin import fast_build, samples
+from vllm_rocm_aiter_plugin import own_build
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
-from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
 
 pytestmark = pytest.mark.cpu
 
@@ -178,8 +179,8 @@ def builder_pairs(tiny_model_dir):
 def fallback_builder_pairs(tiny_model_dir):
     """The same pairs, with the plugin builders constructed while the own path is switched off."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(fast_build.FAST_BUILD_ENV, "0")
-        assert not builder_module.fast_build_enabled()
+        mp.setenv(own_build.FAST_BUILD_ENV, "0")
+        assert not builder_module.own_build_enabled()
         pairs = _builder_pairs(tiny_model_dir)
     assert not any(plugin.uses_own_build for _, plugin in pairs.values())
     return pairs
@@ -267,10 +268,10 @@ def test_own_build_path_is_verified_on_the_ci_releases():
     installed build() source matches a verified one."""
     release = vllm_releases.release()
     if release in ("0.23.0", "0.33.0"):
-        assert release in fast_build.verified_release()
-        assert builder_module.fast_build_enabled()
-    assert (fast_build.verified_release() is not None) == (
-        fast_build.build_fingerprint() in fast_build.VERIFIED_BUILD_FINGERPRINTS
+        assert release in own_build.verified_release()
+        assert builder_module.own_build_enabled()
+    assert (own_build.verified_release() is not None) == (
+        own_build.build_fingerprint() in own_build.VERIFIED_BUILD_FINGERPRINTS
     )
 
 
@@ -278,7 +279,7 @@ def test_own_build_path_can_be_switched_off(builder_pairs, fallback_builder_pair
     """Builders constructed with VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0 run vLLM's build() code
     (through the plugin's split); the others run the own path where it is verified."""
     assert not any(plugin.uses_own_build for _, plugin in fallback_builder_pairs.values())
-    verified = fast_build.verified_release() is not None
+    verified = own_build.verified_release() is not None
     assert all(plugin.uses_own_build == verified for _, plugin in builder_pairs.values())
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests import vllm_releases
 from tests.subprocess_util import REPO_ROOT
-from vllm_rocm_aiter_plugin import doctor, samples
+from vllm_rocm_aiter_plugin.diagnostics import doctor, samples
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 

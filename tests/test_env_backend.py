@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.env_backend import (
     ENV_VAR,
     apply_env_attention_backend,

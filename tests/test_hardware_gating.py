@@ -12,7 +12,7 @@ import pytest
 
 from tests import hardware
 from tests.subprocess_util import REPO_ROOT
-from vllm_rocm_aiter_plugin.hardware import AiterInfo, GpuInfo
+from vllm_rocm_aiter_plugin.diagnostics.hardware import AiterInfo, GpuInfo
 
 pytestmark = pytest.mark.cpu
 

@@ -25,9 +25,10 @@ from tests.model_runner_v2 import (
     v2_steps,
 )
 from tests.oracle import oracle_split, rows_attending_wrongly
-from vllm_rocm_aiter_plugin import fast_build, samples
+from vllm_rocm_aiter_plugin import own_build
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
-from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
 
 pytestmark = pytest.mark.cpu
 
@@ -63,7 +64,7 @@ class Groups:
                 PluginAiterFlashAttentionBackend, config, layer, spec
             )
             with pytest.MonkeyPatch.context() as mp:
-                mp.setenv(fast_build.FAST_BUILD_ENV, "0")
+                mp.setenv(own_build.FAST_BUILD_ENV, "0")
                 self.groups[threshold, "vllm-build"] = attention_group(
                     PluginAiterFlashAttentionBackend, config, layer, spec
                 )

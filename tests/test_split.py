@@ -13,8 +13,8 @@ from vllm.v1.attention.backends import utils as stock_utils
 from tests.batches import BatchSpec, mixed_batches, reordered_batches
 from tests.model_runner_v2 import Step, v2_steps
 from tests.oracle import oracle_split
-from vllm_rocm_aiter_plugin import samples
 from vllm_rocm_aiter_plugin import split as split_module
+from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
 pytestmark = pytest.mark.cpu

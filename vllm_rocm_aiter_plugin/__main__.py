@@ -1,5 +1,5 @@
 import sys
 
-from vllm_rocm_aiter_plugin.cli import main
+from vllm_rocm_aiter_plugin.diagnostics.cli import main
 
 sys.exit(main())

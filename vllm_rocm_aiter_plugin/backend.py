@@ -1,4 +1,5 @@
-"""The ROCM_AITER_FA backend the plugin registers: vLLM's backend with the plugin's builder."""
+"""The ROCM_AITER_FA backend the plugin registers: vLLM's backend with the plugin's builder
+(``docs/deviations.md``, entry 9)."""
 
 from __future__ import annotations
 

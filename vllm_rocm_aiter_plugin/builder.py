@@ -1,18 +1,14 @@
 """The ROCM_AITER_FA metadata builder with the plugin's split.
 
-Deviation from stock: ``PluginAiterFlashAttentionMetadataBuilder.build`` runs one of two bodies.
-- On a vLLM whose ``build()`` source the plugin verified (:mod:`.fast_build`), its own faster
-  build code, which produces stock's metadata exactly.
-- Everywhere else, the installed vLLM's own ``AiterFlashAttentionMetadataBuilder.build`` (same code
+``PluginAiterFlashAttentionMetadataBuilder.build`` runs one of two bodies:
+- on a vLLM whose ``build()`` source the plugin verified (:mod:`.own_build`), its own faster build
+  code, which produces the metadata vLLM's ``build()`` would with the same split;
+- everywhere else, the installed vLLM's own ``AiterFlashAttentionMetadataBuilder.build`` (same code
   object, so every upstream change to the body applies), evaluated in a private copy of its module
   namespace in which the single global name ``split_decodes_prefills_and_extends`` resolves to
-  :mod:`vllm_rocm_aiter_plugin.split`. Nothing in vLLM is modified: stock's builder and module keep
-  the stock split.
+  :mod:`vllm_rocm_aiter_plugin.split`. Nothing in vLLM is modified.
 
-Why: vLLM 0.20.0-0.23.0's split asserts ``seq_lens_cpu_upper_bound is not None`` before its
-pure-decode return, so EAGLE under model-runner V2 crashes with ``AssertionError``; fixed upstream in
-0.24.0 by PR #44936. Removal: when the oldest supported vLLM is >= 0.24.0, drop this module and the
-backend override (see README, "Removal plan").
+Why, the upstream PRs, and when each part can go: ``docs/deviations.md``, entries 7-9.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadataBuilder,
 )
 
-from vllm_rocm_aiter_plugin import fast_build as own_build
+from vllm_rocm_aiter_plugin import own_build
 from vllm_rocm_aiter_plugin import split as plugin_split
 
 SPLIT_GLOBAL_NAME = "split_decodes_prefills_and_extends"
@@ -87,7 +83,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
     Pure-decode batches, EAGLE's included, build without reading ``seq_lens_cpu_upper_bound`` and
     without a device-to-host copy. See the module docstring for why and when this goes away.
 
-    On a vLLM whose ``build()`` source the plugin verified (see :mod:`.fast_build`), the plugin's
+    On a vLLM whose ``build()`` source the plugin verified (see :mod:`.own_build`), the plugin's
     own, faster build code produces the same metadata; everywhere else, vLLM's ``build()`` runs.
     """
 
@@ -96,7 +92,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         # Decided once per builder (vLLM builds one per attention group at startup): the kill
         # switch and the builder's own state do not change afterwards, and reading the
         # environment on every build() cost ~0.7 µs of a ~5 µs pure-decode build.
-        self.uses_own_build = fast_build_enabled() and own_build.handles(self)
+        self.uses_own_build = own_build_enabled() and own_build.handles(self)
 
     def build(
         self,
@@ -111,7 +107,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         )
 
 
-def fast_build_enabled() -> bool:
+def own_build_enabled() -> bool:
     """Whether builders constructed now use the plugin's own code (verified vLLM, not switched
     off)."""
     return own_build.enabled()

@@ -1,7 +1,7 @@
 """The plugin's ROCm platform: vLLM's ``RocmPlatform`` plus ``VLLM_ATTENTION_BACKEND`` selection.
 
 Imported only when ``platform_plugin`` found a ROCm GPU: ``vllm.platforms.rocm`` queries the GPU
-at import time and cannot be imported elsewhere.
+at import time and cannot be imported elsewhere. Why: ``docs/deviations.md``, entry 10.
 """
 
 from __future__ import annotations

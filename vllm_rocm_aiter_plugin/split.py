@@ -2,7 +2,7 @@
 
 Replaces ``vllm.v1.attention.backends.utils.split_decodes_prefills_and_extends`` for the plugin's
 builder. Every way it differs from stock, with why and when it can go, is listed once in
-``docs/deviations.md`` (entries "split: ..."); this docstring only states the rule.
+``docs/deviations.md``, entries 1-6; this docstring only states the rule.
 
 Regions, for a batch in any order vLLM's model runners produce:
 - decodes: the rows before the first row whose query is longer than the threshold;

@@ -7,7 +7,7 @@ import torch
 
 from tests import vllm_releases
 from tests.metadata_compare import assert_same_metadata
-from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
 pytestmark = pytest.mark.gpu

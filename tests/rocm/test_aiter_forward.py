@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_rocm_aiter_plugin import samples
+from vllm_rocm_aiter_plugin.diagnostics import samples
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300]
 

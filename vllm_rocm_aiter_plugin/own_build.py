@@ -17,14 +17,14 @@ Why it is faster, and which stock lines each part mirrors:
   time and memory instead of O(extends x tokens);
 - stock's extend path computes a device ``cu_seq_lens`` that nothing reads; it is not computed here.
 Everything else (sliding-window decode tables, fp8 scale tables, dataclasses, host-to-device copies)
-calls vLLM's own methods and classes. Output equals stock's field by field, dtype and device included,
-for every batch where stock works (tests/test_builder.py, tests/gpu/test_builder_gpu.py).
+calls vLLM's own methods and classes. Output equals what vLLM's ``build()`` gives with the same
+split, field by field, dtype and device included (tests/test_builder.py,
+tests/test_model_runner_v2.py, tests/gpu/test_builder_gpu.py).
 
 Batches this path does not handle go to the stock logic: KV-sharing layers and the fp8 shuffle KV
 cache layout (both rare, both with extra state in the builder).
 
-Removal: this path exists for speed, not correctness; drop it if upstream adopts an O(tokens)
-token-to-batch map. ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0`` turns it off at run time.
+Why it exists and when it can go: ``docs/deviations.md``, entry 7.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def _versions() -> dict[str, Any]:
 
 
 def _gpu() -> dict[str, Any] | None:
-    from vllm_rocm_aiter_plugin.hardware import detect_gpu
+    from vllm_rocm_aiter_plugin.diagnostics.hardware import detect_gpu
 
     gpu = detect_gpu()
     if gpu is None:
@@ -73,14 +73,14 @@ def _gpu() -> dict[str, Any] | None:
 
 
 def _aiter() -> dict[str, Any]:
-    from vllm_rocm_aiter_plugin.hardware import probe_aiter
+    from vllm_rocm_aiter_plugin.diagnostics.hardware import probe_aiter
 
     info = probe_aiter()
     return {"importable": info.importable, "version": info.version, "error": info.error}
 
 
 def _split() -> dict[str, Any]:
-    from vllm_rocm_aiter_plugin.probe import probe_stock_split, probe_stock_v2_order
+    from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order
 
     eagle, v2_order = probe_stock_split(), probe_stock_v2_order()
     return {
@@ -115,7 +115,7 @@ def _plugins() -> dict[str, Any]:
 
 
 def _resolution() -> dict[str, Any]:
-    from vllm_rocm_aiter_plugin.probe import resolve_in_fresh_process
+    from vllm_rocm_aiter_plugin.diagnostics.probe import resolve_in_fresh_process
 
     resolved = resolve_in_fresh_process()
     path, stock = resolved["path"], resolved["stock"]

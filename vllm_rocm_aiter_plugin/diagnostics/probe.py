@@ -22,7 +22,7 @@ def probe_stock_split() -> SplitProbe:
     """Run the installed vLLM's own split on the batch model-runner V2 builds for EAGLE."""
     from vllm.v1.attention.backends import utils as stock_utils
 
-    from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     batch = samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)
     try:
@@ -40,7 +40,7 @@ def probe_stock_v2_order() -> SplitProbe:
     whose kernel attends only to the new tokens."""
     from vllm.v1.attention.backends import utils as stock_utils
 
-    from vllm_rocm_aiter_plugin import samples
+    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     batch = samples.v2_order_batch()
     try:

@@ -17,11 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     doctor_parser.add_argument("--json", action="store_true", help="one JSON object, for CI")
     args = parser.parse_args(argv)
     if args.command in (None, "demo"):
-        from vllm_rocm_aiter_plugin import demo
+        from vllm_rocm_aiter_plugin.diagnostics import demo
 
         return demo.run()
     if args.command == "doctor":
-        from vllm_rocm_aiter_plugin import doctor
+        from vllm_rocm_aiter_plugin.diagnostics import doctor
 
         return doctor.run(as_json=args.json)
     parser.error(f"unknown command {args.command}")

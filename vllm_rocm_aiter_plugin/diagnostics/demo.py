@@ -16,8 +16,8 @@ from typing import TextIO
 def _build(builder_cls: type, vllm_config: object, batch: object) -> tuple[bool, str]:
     import torch
 
-    from vllm_rocm_aiter_plugin import samples
-    from vllm_rocm_aiter_plugin.cpu_host import unpinned_host_memory
+    from vllm_rocm_aiter_plugin.diagnostics import samples
+    from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
 
     builder = builder_cls(samples.kv_cache_spec(vllm_config), [], vllm_config, torch.device("cpu"))
     try:
@@ -39,7 +39,8 @@ def run(out: TextIO = sys.stdout) -> int:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
-    from vllm_rocm_aiter_plugin import __version__, policy, probe, samples
+    from vllm_rocm_aiter_plugin import __version__, policy
+    from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 
     def say(label: str, value: object) -> None:
         print(f"{label:<34} {value}", file=out)

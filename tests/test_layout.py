@@ -1,0 +1,54 @@
+"""The package layout shows the architecture: runtime modules never import the diagnostics wing."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import vllm_rocm_aiter_plugin
+
+pytestmark = pytest.mark.cpu
+
+PACKAGE = pathlib.Path(vllm_rocm_aiter_plugin.__file__).parent
+RUNTIME = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__main__.py")
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` in ``path`` names, resolved to absolute
+    names (relative imports included), at any depth of the file (function bodies too)."""
+    names: set[str] = set()
+    package = f"vllm_rocm_aiter_plugin{'' if path.parent == PACKAGE else '.diagnostics'}"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_runtime_modules_are_the_ones_vllm_loads():
+    assert {p.stem for p in RUNTIME} == {
+        "__init__", "_version", "policy", "split", "builder", "own_build", "backend",
+        "platform", "env_backend",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("path", RUNTIME, ids=[p.name for p in RUNTIME])
+def test_runtime_module_does_not_import_diagnostics(path):
+    offending = sorted(
+        name for name in imported_modules(path) if name.startswith("vllm_rocm_aiter_plugin.diag")
+    )
+    assert offending == [], f"{path.name} imports {offending}"
+
+
+def test_the_walk_finds_diagnostics_imports():
+    """Control: the walk sees the diagnostics wing where it is imported (the CLI's own modules)."""
+    cli = PACKAGE / "diagnostics" / "cli.py"
+    assert any(n.startswith("vllm_rocm_aiter_plugin.diagnostics") for n in imported_modules(cli))
