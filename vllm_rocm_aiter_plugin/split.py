@@ -106,7 +106,7 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
 
     Reductions go through ``argmin``/``argmax`` (C calls) rather than ``min``/``any`` (Python-level
     wrappers with a larger fixed cost on small arrays); the last row with context is the first
-    row with context of the reversed view.
+    row with context of the reversed view (one code path for V1 and V2 order).
     """
     num_reqs = cam.num_reqs
     num_tokens = cam.num_actual_tokens
@@ -131,9 +131,9 @@ def _split_mixed(cam: CommonAttentionMetadata, threshold: int) -> SplitCounts:
         _raise_first_error(qsl.tolist(), num_tokens, seq_lens.tolist())
     first_prefill = -1
     if not least_context:  # some row has no context: prefills start after the last with context
-        if np.count_nonzero(context_lens[start:]):  # rows with context come later (V2 order)
-            has_context = context_lens[::-1] > _as_array(0, context_lens.dtype)
-            start = num_reqs - int(has_context.argmax())
+        from_end = int(context_lens[::-1].astype(bool).argmax())
+        if context_lens.item(-1 - from_end):
+            start = num_reqs - from_end
         start = max(first_long, start)
         if start < num_reqs:
             offset = int(is_long[start:].argmax())
