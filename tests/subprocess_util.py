@@ -2,58 +2,34 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
-MARK = "@@RESULT@@"
+from vllm_rocm_aiter_plugin.diagnostics.probe import ChildResult, run_python
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@dataclass
-class ChildResult:
-    returncode: int
-    result: Any
-    output: str
+CLEARED = ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN", "VLLM_ATTENTION_BACKEND")
 
 
 def run_child(
     code: str, env: Mapping[str, str | None] | None = None, timeout: float = 300
 ) -> ChildResult:
-    """Run ``code`` in a new interpreter; it reports by calling ``report(obj)`` (JSON)."""
-    child_env = dict(os.environ)
-    for key in ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN", "VLLM_ATTENTION_BACKEND"):
-        child_env.pop(key, None)
-    for key, value in (env or {}).items():
-        if value is None:
-            child_env.pop(key, None)
-        else:
-            child_env[key] = value
-    child_env.setdefault("VLLM_LOGGING_LEVEL", "DEBUG")
+    """Run ``code`` in a new interpreter (the doctor's own child protocol, ``probe.run_python``);
+    it reports by calling ``report(obj)``. The plugin's variables start unset; vLLM logs at DEBUG
+    so tests can read its plugin loader's lines."""
+    overrides: dict[str, str | None] = dict.fromkeys(CLEARED)
+    overrides.update(env or {})
+    overrides.setdefault("VLLM_LOGGING_LEVEL", os.environ.get("VLLM_LOGGING_LEVEL", "DEBUG"))
     prelude = (
-        "import json, logging\n"
+        "import logging\n"
         "logging.basicConfig(level=logging.DEBUG)  # vLLM >= 0.30 configures its logging lazily\n"
-        f"def report(obj):\n    print({MARK!r} + json.dumps(obj), flush=True)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        cwd=REPO_ROOT,
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
+    child = run_python(
+        textwrap.dedent(code), overrides, prelude=prelude, cwd=REPO_ROOT, timeout=timeout
     )
-    output = proc.stdout + proc.stderr
-    result = None
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARK):
-            result = json.loads(line[len(MARK) :])
-    if result is None:
-        raise AssertionError(f"child exited {proc.returncode} without a result:\n{output[-4000:]}")
-    return ChildResult(proc.returncode, result, output)
+    if child.result is None:
+        raise AssertionError(
+            f"child exited {child.returncode} without a result:\n{child.output[-4000:]}"
+        )
+    return child

@@ -291,6 +291,21 @@ def test_rebinding_refuses_code_that_does_not_call_the_split_as_a_global():
         builder_module.rebind_split(build_without_split, lambda *a: None)
 
 
+def test_rebinding_refuses_a_build_that_calls_the_split_as_an_attribute():
+    """A future build() calling ``utils.split_decodes_prefills_and_extends(...)`` names the split
+    in ``co_names`` too; only a global lookup can be rebound."""
+    namespace = {"utils": stock_utils, "split_decodes_prefills_and_extends": object()}
+    exec(
+        "def build(self, common_prefix_len, cam, fast_build=False):\n"
+        "    return utils.split_decodes_prefills_and_extends(cam, self.reorder_batch_threshold)\n",
+        namespace,
+    )
+    build = namespace["build"]
+    assert "split_decodes_prefills_and_extends" in build.__code__.co_names
+    with pytest.raises(builder_module.StockBuildNotRebindable, match="does not call"):
+        builder_module.rebind_split(build, lambda *a: None)
+
+
 def test_backend_and_builder_are_subclasses_of_vllm():
     assert issubclass(PluginAiterFlashAttentionBackend, AiterFlashAttentionBackend)
     assert (
@@ -306,7 +321,7 @@ def test_backend_and_builder_are_subclasses_of_vllm():
 
 def test_fallback_build_is_stock_code_and_vllm_is_untouched():
     """The fallback build() is vLLM's own code; vLLM's module and class keep stock's split."""
-    plugin_build = builder_module._stock_build_with_plugin_split
+    plugin_build = PluginAiterFlashAttentionMetadataBuilder.vllm_build
     assert plugin_build.__code__ is AiterFlashAttentionMetadataBuilder.build.__code__
     assert plugin_build.__globals__ is not rocm_aiter_fa.__dict__
     assert (

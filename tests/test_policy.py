@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vllm_rocm_aiter_plugin import policy
-from vllm_rocm_aiter_plugin.policy import Switch, decide_platform, decide_registration
+from vllm_rocm_aiter_plugin.policy import Switch, decide_platform, decide_registration, parse_switch
 
 pytestmark = pytest.mark.cpu
 
@@ -119,18 +121,63 @@ def test_platform_decisions():
     )
 
 
-@pytest.mark.parametrize(
-    "allowlist, allowed",
-    [
-        (None, True),
-        ("vllm_rocm_aiter_plugin", True),
-        ("a, vllm_rocm_aiter_plugin", True),
-        ("a,b", False),
-        ("", False),
-    ],
-)
-def test_vllm_plugins_allowlist(allowlist, allowed):
-    assert policy.plugin_allowed(allowlist) is allowed
+ALLOWLISTS = [
+    None,
+    "vllm_rocm_aiter_plugin",
+    "a,vllm_rocm_aiter_plugin",
+    "a, vllm_rocm_aiter_plugin",  # vLLM does not strip: " vllm_rocm_aiter_plugin" is not us
+    " vllm_rocm_aiter_plugin",
+    "a,b",
+    "",
+]
+
+
+@pytest.mark.parametrize("value", ALLOWLISTS)
+def test_vllm_plugins_parsed_as_the_installed_vllm_does(monkeypatch, value):
+    """The plugin's parser against vLLM's own (``vllm.envs``), value by value."""
+    import vllm.envs as envs
+
+    if value is None:
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_PLUGINS", value)
+    assert policy.parse_vllm_plugins(value) == envs.environment_variables["VLLM_PLUGINS"]()
+
+
+@given(value=st.lists(st.sampled_from([*"ab ,_\t", "vllm_rocm_aiter_plugin"])).map("".join))
+def test_vllm_plugins_parser_matches_vllm_on_any_string(value):
+    import os
+
+    import vllm.envs as envs
+
+    saved = os.environ.get("VLLM_PLUGINS")
+    os.environ["VLLM_PLUGINS"] = value
+    try:
+        expected = envs.environment_variables["VLLM_PLUGINS"]()
+    finally:
+        if saved is None:
+            del os.environ["VLLM_PLUGINS"]
+        else:
+            os.environ["VLLM_PLUGINS"] = saved
+    parsed = policy.parse_vllm_plugins(value)
+    assert parsed == expected
+    assert policy.plugin_allowed(parsed) is (policy.PLUGIN_NAME in expected)
+
+
+SWITCH_VALUES = ["0", " 0", "0 ", "false", "FALSE", "off", "no", "disable", "disabled", "1", "true",
+                 "on", "yes", "auto", "force", "", "maybe"]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", SWITCH_VALUES)
+def test_kill_switch_and_fast_build_switch_share_one_vocabulary(monkeypatch, value):
+    """A value that turns the plugin off also turns its own build path off, and no other."""
+    from vllm_rocm_aiter_plugin import own_build
+
+    off = parse_switch(value)[0] is Switch.OFF
+    assert policy.switched_off(value) is off
+    monkeypatch.setenv(own_build.FAST_BUILD_ENV, value)
+    if own_build.verified_release() is not None:
+        assert own_build.enabled() is not off
 
 
 def test_tested_range():

@@ -6,6 +6,7 @@ import importlib.metadata
 
 import pytest
 
+from tests import environment
 from tests.subprocess_util import run_child
 from vllm_rocm_aiter_plugin import policy
 
@@ -121,7 +122,9 @@ def test_registering_many_times_leaves_one_override():
     assert len(_activation_lines(child.output)) == 1
 
 
-def test_platform_plugin_is_inactive_off_rocm():
+def test_platform_plugin_activates_exactly_on_a_rocm_gpu():
+    """Active where /dev/kfd exists and torch sees a ROCm GPU and no other out-of-tree platform
+    plugin is installed; None elsewhere (a CPU box, a CUDA box)."""
     child = run_child(
         """
         import vllm_rocm_aiter_plugin
@@ -130,8 +133,18 @@ def test_platform_plugin_is_inactive_off_rocm():
         report({"direct": direct, "platform": type(current_platform).__module__})
         """
     )
-    assert child.result["direct"] is None
-    assert not child.result["platform"].startswith("vllm_rocm_aiter_plugin")
+    others = [
+        ep.name
+        for ep in importlib.metadata.entry_points(group="vllm.platform_plugins")
+        if ep.name != policy.PLUGIN_NAME
+    ]
+    expected = environment.kfd_present() and environment.rocm_gpu() and not others
+    if expected:
+        assert child.result["direct"] == policy.PLATFORM_QUALNAME
+        assert child.result["platform"] == "vllm_rocm_aiter_plugin.platform"
+    else:
+        assert child.result["direct"] is None
+        assert not child.result["platform"].startswith("vllm_rocm_aiter_plugin")
 
 
 def test_existing_override_is_kept_with_a_warning():

@@ -92,12 +92,11 @@ def _other_platform_plugins() -> list[str]:
     """Other out-of-tree platform plugins that vLLM would load (installed and allowed)."""
     from importlib.metadata import entry_points
 
-    allowlist = os.environ.get("VLLM_PLUGINS")
-    allowed = None if allowlist is None else {n.strip() for n in allowlist.split(",")}
+    allowlist = policy.parse_vllm_plugins(os.environ.get("VLLM_PLUGINS"))
     return [
         ep.name
         for ep in entry_points(group="vllm.platform_plugins")
-        if ep.name != policy.PLUGIN_NAME and (allowed is None or ep.name in allowed)
+        if ep.name != policy.PLUGIN_NAME and policy.plugin_allowed(allowlist, ep.name)
     ]
 
 

@@ -13,6 +13,7 @@ Why, the upstream PRs, and when each part can go: ``docs/deviations.md``, entrie
 
 from __future__ import annotations
 
+import dis
 import types
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ def rebind_split(function: Callable[..., Any], split: Callable[..., Any]) -> Cal
     ``StockBuildNotRebindable`` if the code does not look the split up as a global.
     """
     code = function.__code__
-    if SPLIT_GLOBAL_NAME not in code.co_names or SPLIT_GLOBAL_NAME not in function.__globals__:
+    if not _loads_global(code, SPLIT_GLOBAL_NAME) or SPLIT_GLOBAL_NAME not in function.__globals__:
         raise StockBuildNotRebindable(
             f"{function.__module__}.{function.__qualname__} does not call "
             f"{SPLIT_GLOBAL_NAME} through a module global"
@@ -59,21 +60,32 @@ def rebind_split(function: Callable[..., Any], split: Callable[..., Any]) -> Cal
     return rebound
 
 
-try:
-    _stock_build_with_plugin_split = rebind_split(
-        AiterFlashAttentionMetadataBuilder.build, plugin_split.split_decodes_prefills_and_extends
+def _loads_global(code: types.CodeType, name: str) -> bool:
+    """Whether ``code`` reads ``name`` as a global (``LOAD_GLOBAL``), as opposed to an attribute
+    of the same name (``module.name``), which ``co_names`` would list too."""
+    return any(
+        instruction.opname == "LOAD_GLOBAL" and instruction.argval == name
+        for instruction in dis.get_instructions(code)
     )
-except StockBuildNotRebindable as exc:  # a future vLLM: keep the backend importable, say so
-    from vllm.logger import init_logger
 
-    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
 
-    init_logger(LOGGER_NAME).warning(
-        "%s; outside the plugin's own build path ROCM_AITER_FA runs vLLM's build() unchanged "
-        "(stock split). Run `vllm-rocm-aiter-plugin doctor`.",
-        exc,
-    )
-    _stock_build_with_plugin_split = AiterFlashAttentionMetadataBuilder.build
+def build_with_plugin_split(build: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's ``build`` with the plugin's split, or, when its code cannot be rebound (a future
+    vLLM), ``build`` unchanged with a WARNING: the backend stays importable and the doctor, which
+    judges the builder by building batches, reports the fix as not working."""
+    try:
+        return rebind_split(build, plugin_split.split_decodes_prefills_and_extends)
+    except StockBuildNotRebindable as exc:
+        from vllm.logger import init_logger
+
+        from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+        init_logger(LOGGER_NAME).warning(
+            "%s; outside the plugin's own build path ROCM_AITER_FA runs vLLM's build() "
+            "unchanged (stock split). Run `vllm-rocm-aiter-plugin doctor`.",
+            exc,
+        )
+        return build
 
 
 class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
@@ -86,6 +98,9 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
     On a vLLM whose ``build()`` source the plugin verified (see :mod:`.own_build`), the plugin's
     own, faster build code produces the same metadata; everywhere else, vLLM's ``build()`` runs.
     """
+
+    vllm_build = staticmethod(build_with_plugin_split(AiterFlashAttentionMetadataBuilder.build))
+    """The installed vLLM's ``build()`` code with the plugin's split (off the own build path)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -102,9 +117,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
     ) -> AiterFlashAttentionMetadata:
         if self.uses_own_build and own_build.handles_kv_layout():
             return own_build.build(self, common_prefix_len, common_attn_metadata)
-        return _stock_build_with_plugin_split(
-            self, common_prefix_len, common_attn_metadata, fast_build
-        )
+        return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
 
 
 def own_build_enabled() -> bool:

@@ -43,6 +43,7 @@ import torch
 from vllm.v1.attention.backends import rocm_aiter_fa as aiter_fa
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
+from vllm_rocm_aiter_plugin.policy import switched_off
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends
 
 FAST_BUILD_ENV = "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD"
@@ -82,12 +83,12 @@ _DECODE_FIELDS = frozenset(aiter_fa.AiterFlashAttentionDecodeMetadata.__dataclas
 _HAS_USE_CASCADE = "use_cascade" in _METADATA_FIELDS  # <= 0.29
 _HAS_KV_SHARING = "kv_sharing_metadata" in _METADATA_FIELDS  # >= 0.30
 _HAS_UNIFORM_QUERY_LEN = "uniform_query_len" in _DECODE_FIELDS  # 0.29
-_OFF_VALUES = frozenset({"0", "false", "off", "no"})
 
 
 def enabled() -> bool:
-    """Whether the own path may run: a verified build() source and not switched off."""
-    return _VERIFIED is not None and os.environ.get(FAST_BUILD_ENV, "1").lower() not in _OFF_VALUES
+    """Whether the own path may run: a verified build() source and not switched off (the kill
+    switch's on/off vocabulary, :func:`policy.switched_off`)."""
+    return _VERIFIED is not None and not switched_off(os.environ.get(FAST_BUILD_ENV))
 
 
 def handles(builder: AiterFlashAttentionMetadataBuilder) -> bool:

@@ -41,13 +41,20 @@ _OFF_VALUES = {"0", "false", "off", "no", "disable", "disabled"}
 _AUTO_VALUES = {"", "1", "true", "on", "yes", "auto"}
 
 
+def switched_off(value: str | None) -> bool:
+    """The one on/off vocabulary of the plugin's variables (``VLLM_ROCM_AITER_PLUGIN``,
+    ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``): off for 0/false/off/no/disable/disabled, any case,
+    surrounding blanks ignored; unset is on."""
+    return value is not None and value.strip().lower() in _OFF_VALUES
+
+
 def parse_switch(value: str | None) -> tuple[Switch, str | None]:
     """Parse ``VLLM_ROCM_AITER_PLUGIN``; returns the switch and a problem message, if any."""
     if value is None:
         return Switch.AUTO, None
-    normalized = value.strip().lower()
-    if normalized in _OFF_VALUES:
+    if switched_off(value):
         return Switch.OFF, None
+    normalized = value.strip().lower()
     if normalized == "force":
         return Switch.FORCE, None
     if normalized in _AUTO_VALUES:
@@ -76,11 +83,15 @@ def in_tested_range(vllm_version: str) -> bool:
     return parsed is not None and MIN_SUPPORTED_VLLM <= parsed <= NEWEST_TESTED_VLLM
 
 
-def plugin_allowed(vllm_plugins: str | None) -> bool:
-    """Whether vLLM's ``VLLM_PLUGINS`` allowlist (None = unset = all) lets this plugin load."""
-    if vllm_plugins is None:
-        return True
-    return PLUGIN_NAME in [name.strip() for name in vllm_plugins.split(",")]
+def parse_vllm_plugins(value: str | None) -> list[str] | None:
+    """``VLLM_PLUGINS`` exactly as vLLM parses it (``vllm/envs.py``): None when unset, else the
+    comma-separated names as written. vLLM does not strip them: ``"a, b"`` allows ``" b"``."""
+    return None if value is None else value.split(",")
+
+
+def plugin_allowed(allowlist: list[str] | None, name: str = PLUGIN_NAME) -> bool:
+    """Whether vLLM's parsed ``VLLM_PLUGINS`` allowlist (None = unset = all) lets ``name`` load."""
+    return allowlist is None or name in allowlist
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,88 @@
-"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default) and doctor."""
+"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default) and doctor.
+
+Stdout carries only the command's own report; vLLM's log lines go to stderr through vLLM's own
+logging configuration (``VLLM_LOGGING_STREAM``), set before vLLM is imported.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import io
+import os
 import sys
+
+_STDOUT_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO}
+
+EXIT_CODES = """exit codes:
+  0  fix active, or not needed on this vLLM
+  1  this vLLM is affected and the fix is not active (or not working)
+  2  a check could not run, or the report could not be written"""
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    parser = argparse.ArgumentParser(
+        prog="vllm-rocm-aiter-plugin",
+        description=(
+            "Show and check the ROCM_AITER_FA fixes: the EAGLE pure-decode crash and the context "
+            "model-runner V2 batch order drops.\n\n"
+            "commands:\n"
+            "  demo            show both bugs and the fix on the installed vLLM (the default)\n"
+            "  doctor          diagnose this installation: is vLLM affected, is the fix active?\n"
+            "  doctor --json   the same as one JSON document on stdout, for CI"
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{demo,doctor}")
+    sub.add_parser("demo", help="show both bugs and the fix on the installed vLLM (default)")
+    doctor = sub.add_parser(
+        "doctor",
+        help="diagnose: is vLLM affected, is the fix active?",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument("--json", action="store_true", help="one JSON document on stdout, for CI")
+    return parser, doctor
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="vllm-rocm-aiter-plugin",
-        description="Check and demonstrate the ROCM_AITER_FA pure-decode split fix.",
-    )
-    sub = parser.add_subparsers(dest="command")
-    sub.add_parser("demo", help="show the bug and the fix on the installed vLLM (default)")
-    doctor_parser = sub.add_parser("doctor", help="diagnose: is vLLM affected, is the fix active?")
-    doctor_parser.add_argument("--json", action="store_true", help="one JSON object, for CI")
-    args = parser.parse_args(argv)
-    if args.command in (None, "demo"):
-        from vllm_rocm_aiter_plugin.diagnostics import demo
+    parser, doctor_parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        (doctor_parser if args.command == "doctor" else parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
+    if sys.stdout is None:  # started with stdout closed: nowhere to write the report
+        print("vllm-rocm-aiter-plugin: stdout is closed; nothing can be reported", file=sys.stderr)
+        return 2
+    os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"  # before vLLM configures its logging
+    try:
+        if args.command == "doctor":
+            from vllm_rocm_aiter_plugin.diagnostics import doctor
 
-        return demo.run()
-    if args.command == "doctor":
-        from vllm_rocm_aiter_plugin.diagnostics import doctor
+            code = doctor.run(as_json=args.json)
+        else:
+            from vllm_rocm_aiter_plugin.diagnostics import demo
 
-        return doctor.run(as_json=args.json)
-    parser.error(f"unknown command {args.command}")
-    return 2
+            code = demo.run()
+        sys.stdout.flush()
+    except OSError as exc:  # closed pipe, full disk: the report did not reach its reader
+        if exc.errno not in _STDOUT_ERRNOS:
+            raise
+        _silence_stdout()
+        print(f"vllm-rocm-aiter-plugin: cannot write the report to stdout: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
 
 
 if __name__ == "__main__":

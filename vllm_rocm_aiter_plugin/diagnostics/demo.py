@@ -80,8 +80,9 @@ def run(out: TextIO = sys.stdout) -> int:
     steps = ", ".join(f"q={q} ctx={c}" for q, c in samples.V2_ORDER_EXAMPLE)
     print(f"\nModel-runner V2 step (sorted by query length, threshold 1): {steps}", file=out)
     print(
-        "  counts: decodes/extends/prefills and their tokens; the prefill kernel attends only to "
-        "the new tokens, so a row with context must not be a prefill",
+        "  the six counts: (decodes, extends, prefills, decode tokens, extend tokens, prefill "
+        "tokens); the prefill kernel attends only to a row's new tokens, so a row with context "
+        "must not be a prefill",
         file=out,
     )
     say(

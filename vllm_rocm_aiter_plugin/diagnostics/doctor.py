@@ -97,17 +97,18 @@ def _plugins() -> dict[str, Any]:
     def ours(group: str) -> bool:
         return any(ep.name == policy.PLUGIN_NAME for ep in entry_points(group=group))
 
+    allowlist = policy.parse_vllm_plugins(os.environ.get("VLLM_PLUGINS"))
     others = sorted(
         ep.name
         for ep in entry_points(group="vllm.platform_plugins")
-        if ep.name != policy.PLUGIN_NAME
+        if ep.name != policy.PLUGIN_NAME and policy.plugin_allowed(allowlist, ep.name)
     )
     switch, problem = policy.parse_switch(os.environ.get(policy.SWITCH_ENV))
     return {
         "general_entry_point": ours("vllm.general_plugins"),
         "platform_entry_point": ours("vllm.platform_plugins"),
         "VLLM_PLUGINS": os.environ.get("VLLM_PLUGINS"),
-        "allowed_by_VLLM_PLUGINS": policy.plugin_allowed(os.environ.get("VLLM_PLUGINS")),
+        "allowed_by_VLLM_PLUGINS": policy.plugin_allowed(allowlist),
         "kill_switch": switch.value,
         "kill_switch_problem": problem,
         "other_platform_plugins": others,
@@ -115,14 +116,24 @@ def _plugins() -> dict[str, Any]:
 
 
 def _resolution() -> dict[str, Any]:
+    """In a fresh interpreter: what vLLM resolves ``ROCM_AITER_FA`` to, and whether that
+    backend's builder builds the EAGLE pure-decode batch and the model-runner V2 batch right."""
     from vllm_rocm_aiter_plugin.diagnostics.probe import resolve_in_fresh_process
 
     resolved = resolve_in_fresh_process()
-    path, stock = resolved["path"], resolved["stock"]
+    return resolution_report(resolved)
+
+
+def resolution_report(resolved: dict[str, Any]) -> dict[str, Any]:
+    """The doctor's ``resolution`` section from a probe result (see ``_resolution``)."""
+    path, stock, behaviour = resolved["path"], resolved["stock"], resolved["behaviour"]
     return {
         "ROCM_AITER_FA": path,
+        "builder": resolved["builder"],
         "resolves_to_plugin": path == policy.BACKEND_QUALNAME,
         "overridden_by_other": None if path in (stock, policy.BACKEND_QUALNAME) else path,
+        "builds_correctly": all(case["ok"] for case in behaviour.values()),
+        "behaviour": behaviour,
     }
 
 
@@ -141,15 +152,16 @@ def collect(checks: dict[str, Callable[[], Any]] | None = None) -> dict[str, Any
     """Run every check; return the report (the JSON object) with verdict and exit code."""
     report: dict[str, Any] = {}
     failed: dict[str, str] = {}
-    for name, check in (checks or CHECKS).items():
+    for name, check in {**CHECKS, **(checks or {})}.items():
         try:
             report[name] = check()
         except Exception as exc:
             report[name] = None
             failed[name] = f"{type(exc).__name__}: {exc}"
     report["check_errors"] = failed
-    report["problems"] = _problems(report)
     report["verdict"], report["exit_code"] = _verdict(report)
+    report["problems"] = _problems(report)
+    report["notes"] = _notes(report)
     return report
 
 
@@ -168,8 +180,9 @@ def _problems(report: dict[str, Any]) -> list[str]:
             )
         if not plugins["allowed_by_VLLM_PLUGINS"]:
             problems.append(
-                f"VLLM_PLUGINS={plugins['VLLM_PLUGINS']!r} excludes the plugin: add "
-                f"{policy.PLUGIN_NAME} to it, or unset VLLM_PLUGINS"
+                f"VLLM_PLUGINS={plugins['VLLM_PLUGINS']!r} excludes the plugin (vLLM splits it at "
+                f"commas without stripping blanks): add {policy.PLUGIN_NAME} to it, or unset "
+                "VLLM_PLUGINS"
             )
         if plugins["kill_switch"] == policy.Switch.OFF.value:
             problems.append(f"{policy.SWITCH_ENV} disables the plugin: unset it to enable the fix")
@@ -187,36 +200,85 @@ def _problems(report: dict[str, Any]) -> list[str]:
             f"ROCM_AITER_FA is overridden by {resolution['overridden_by_other']}: uninstall that "
             f"package, or set {policy.SWITCH_ENV}=force to replace it"
         )
+    if resolution and resolution["resolves_to_plugin"] and not resolution["builds_correctly"]:
+        wrong = [
+            f"{name}: {case['detail']}"
+            for name, case in resolution["behaviour"].items()
+            if not case["ok"]
+        ]
+        problems.append(
+            "ROCM_AITER_FA resolves to the plugin but its builder does not build right on this "
+            f"vLLM ({'; '.join(wrong)}): the plugin does not support this vLLM's build(); "
+            "check the README's release table and report the vLLM version"
+        )
     if versions and not versions["vllm_in_tested_range"]:
         problems.append(
             f"vLLM {versions['vllm']} is outside the tested range "
             f"{'-'.join(versions['vllm_tested_range'])}: check the README's release table"
         )
+    if report["exit_code"] == EXIT_NOT_ACTIVE and not problems:
+        problems.append(
+            "ROCM_AITER_FA does not resolve to the plugin in a fresh vLLM process and no cause "
+            "was found here: run `VLLM_LOGGING_LEVEL=DEBUG python -c 'from vllm.plugins import "
+            "load_general_plugins; load_general_plugins()'` and read the plugin loader's lines"
+        )
     return problems
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """What this machine cannot do (informational: the exit code does not change)."""
+    notes = []
+    versions, aiter = report.get("versions") or {}, report.get("aiter") or {}
+    gpu = report.get("gpu")
+    if "gpu" not in report["check_errors"] and (gpu is None or not gpu.get("rocm")):
+        what = "no GPU" if gpu is None else f"{gpu['name']} is not a ROCm GPU"
+        notes.append(
+            f"this machine cannot run ROCM_AITER_FA: {what} (torch {versions.get('torch')}, HIP "
+            f"{versions.get('torch_hip') or 'none'}); the verdict is about the installed vLLM "
+            "and the plugin"
+        )
+    elif gpu is not None and not gpu.get("mi300_class"):
+        notes.append(f"{gpu['name']} ({gpu['arch']}) is not MI300-class (gfx942, gfx950)")
+    if aiter and not aiter.get("importable"):
+        notes.append(
+            f"this machine cannot run ROCM_AITER_FA kernels: aiter is not importable "
+            f"({aiter.get('error')})"
+        )
+    return notes
 
 
 def _verdict(report: dict[str, Any]) -> tuple[str, int]:
     split, resolution = report.get("split"), report.get("resolution")
-    if split is not None and resolution is not None:
-        if resolution["resolves_to_plugin"]:
-            return "fix ACTIVE: ROCM_AITER_FA resolves to the plugin", EXIT_OK
-        harms = []
-        if split["stock_split_affected"]:
-            harms.append("EAGLE on ROCM_AITER_FA will crash")
-        if split["stock_split_drops_context_v2_order"]:
-            harms.append("model-runner V2 steps can lose context silently")
-        if not harms:
-            return (
-                "fix not needed: this vLLM's stock split handles EAGLE pure-decode batches and "
-                "model-runner V2 order",
-                EXIT_OK,
-            )
+    if split is None or resolution is None:
+        missing = ", ".join(sorted(report["check_errors"])) or "unknown"
+        return f"doctor could not run: {missing}", EXIT_CHECK_FAILED
+    harms = []
+    if split["stock_split_affected"]:
+        harms.append("EAGLE on ROCM_AITER_FA will crash")
+    if split["stock_split_drops_context_v2_order"]:
+        harms.append("model-runner V2 steps can lose context silently")
+    if resolution["resolves_to_plugin"] and resolution["builds_correctly"]:
         return (
-            f"AFFECTED and the fix is NOT active: {'; '.join(harms)} (see problems)",
+            "fix ACTIVE: ROCM_AITER_FA resolves to the plugin, whose builder builds the EAGLE "
+            "pure-decode batch and keeps rows with context out of the prefill region",
+            EXIT_OK,
+        )
+    if not harms:
+        return (
+            "fix not needed: this vLLM's stock split handles EAGLE pure-decode batches and "
+            "model-runner V2 order",
+            EXIT_OK,
+        )
+    if resolution["resolves_to_plugin"]:
+        return (
+            f"fix NOT working: the plugin's builder fails the checks on this vLLM; "
+            f"{'; '.join(harms)} (see problems)",
             EXIT_NOT_ACTIVE,
         )
-    missing = ", ".join(sorted(report["check_errors"])) or "unknown"
-    return f"doctor could not run: {missing}", EXIT_CHECK_FAILED
+    return (
+        f"AFFECTED and the fix is NOT active: {'; '.join(harms)} (see problems)",
+        EXIT_NOT_ACTIVE,
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -277,6 +339,10 @@ def render(report: dict[str, Any], out: TextIO) -> None:
     ]  # fmt: skip
     r = report.get("resolution") or {}
     rows.append(("ROCM_AITER_FA resolves to", r.get("ROCM_AITER_FA")))
+    for name, case in (r.get("behaviour") or {}).items():
+        rows.append(
+            (f"  its builder, {name}", f"{'ok' if case['ok'] else 'WRONG'}: {case['detail']}")
+        )
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {_fmt(value)}", file=out)
@@ -284,6 +350,8 @@ def render(report: dict[str, Any], out: TextIO) -> None:
         print(f"CHECK FAILED  {name}: {error}", file=out)
     for problem in report["problems"]:
         print(f"PROBLEM  {problem}", file=out)
+    for note in report["notes"]:
+        print(f"NOTE  {note}", file=out)
     print(f"\n{report['verdict']}", file=out)
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -66,39 +67,125 @@ def probe_stock_v2_order() -> SplitProbe:
     )
 
 
-_RESOLVE_SCRIPT = """
-import json
-from vllm.plugins import load_general_plugins
-load_general_plugins()
-from vllm.v1.attention.backends.registry import AttentionBackendEnum
-backend = AttentionBackendEnum.ROCM_AITER_FA
-print("@@RESULT@@" + json.dumps({"path": backend.get_path(), "stock": backend.value}))
-"""
+def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
+    """Build the two batches the plugin exists for with ``builder_cls`` on the tiny config, and
+    say for each whether it built with correct regions.
 
-
-def resolve_in_fresh_process(
-    env_overrides: Mapping[str, str | None] | None = None, timeout: float = 300
-) -> dict[str, str]:
-    """What ``ROCM_AITER_FA`` resolves to after vLLM loads its plugins in a new interpreter.
-
-    ``env_overrides`` sets (or, with None, removes) environment variables for the child. Returns
-    ``{"path": ..., "stock": ...}``; raises ``RuntimeError`` with the child's stderr on failure.
+    - ``eagle_pure_decode``: EAGLE's pure-decode batch without ``seq_lens_cpu_upper_bound``
+      (threshold 4); correct = every request a decode.
+    - ``v2_order``: ``samples.V2_ORDER_EXAMPLE`` (threshold 1); correct = no row with context in
+      the prefill region, every request in a region.
     """
+    import torch
+
+    from vllm_rocm_aiter_plugin.diagnostics import samples
+    from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+
+    contexts = [context for _, context in samples.V2_ORDER_EXAMPLE]
+    cases = {
+        "eagle_pure_decode": (3, samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)),
+        "v2_order": (0, samples.v2_order_batch()),
+    }
+    model_dir = samples.write_tiny_llama()
+    results: dict[str, dict[str, Any]] = {}
+    for name, (spec_tokens, batch) in cases.items():
+        config = samples.tiny_vllm_config(model_dir, num_speculative_tokens=spec_tokens)
+        builder = builder_cls(samples.kv_cache_spec(config), [], config, torch.device("cpu"))
+        try:
+            with unpinned_host_memory():  # extend paths pin host memory; none without a GPU
+                meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
+        except Exception as exc:
+            results[name] = {"ok": False, "detail": f"raises {type(exc).__name__}: {exc}"}
+            continue
+        counts = (meta.num_decodes, meta.num_extends, meta.num_prefills)
+        covered = sum(counts) == batch.num_reqs
+        if name == "eagle_pure_decode":
+            ok = covered and meta.num_decodes == batch.num_reqs
+        else:
+            first_prefill = meta.num_decodes + meta.num_extends
+            ok = covered and not any(contexts[first_prefill:])
+        results[name] = {
+            "ok": ok,
+            "detail": f"decodes/extends/prefills = {counts}"
+            + ("" if ok else " (a request is attended wrongly)"),
+        }
+    return results
+
+
+RESULT_MARK = "@@RESULT@@"
+"""A child reports one JSON object on a stdout line that starts with this mark."""
+
+
+@dataclass
+class ChildResult:
+    returncode: int
+    result: Any  # the last reported object, None if the child reported nothing
+    output: str  # stdout and stderr
+
+
+def run_python(
+    code: str,
+    env_overrides: Mapping[str, str | None] | None = None,
+    *,
+    prelude: str = "",
+    cwd: str | None = None,
+    timeout: float = 300,
+) -> ChildResult:
+    """Run ``code`` in a new interpreter, as vLLM starts its processes; the code reports by
+    calling ``report(obj)``. ``env_overrides`` sets (or, with None, removes) variables."""
     env = dict(os.environ)
     for key, value in (env_overrides or {}).items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
+    header = (
+        f"import json\ndef report(obj):\n    print({RESULT_MARK!r} + json.dumps(obj), flush=True)\n"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", _RESOLVE_SCRIPT],
+        [sys.executable, "-c", header + prelude + code],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+    result = None
     for line in proc.stdout.splitlines():
-        if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@") :])
-    raise RuntimeError(f"resolution probe exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        if line.startswith(RESULT_MARK):
+            result = json.loads(line[len(RESULT_MARK) :])
+    return ChildResult(proc.returncode, result, proc.stdout + proc.stderr)
+
+
+_RESOLVE_SCRIPT = """
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+from vllm_rocm_aiter_plugin.diagnostics.probe import check_builder_behaviour
+backend = AttentionBackendEnum.ROCM_AITER_FA
+builder = backend.get_class().get_builder_cls()
+report({
+    "path": backend.get_path(),
+    "stock": backend.value,
+    "builder": builder.__module__ + "." + builder.__qualname__,
+    "behaviour": check_builder_behaviour(builder),
+})
+"""
+
+
+def resolve_in_fresh_process(
+    env_overrides: Mapping[str, str | None] | None = None, timeout: float = 300
+) -> dict[str, Any]:
+    """What ``ROCM_AITER_FA`` resolves to after vLLM loads its plugins in a new interpreter, and
+    how its builder behaves there (:func:`check_builder_behaviour`).
+
+    Returns ``{"path", "stock", "builder", "behaviour"}``; raises ``RuntimeError`` with the
+    child's output on failure.
+    """
+    child = run_python(_RESOLVE_SCRIPT, env_overrides, timeout=timeout)
+    if child.result is None:
+        raise RuntimeError(
+            f"resolution probe exited {child.returncode}: {child.output.strip()[-2000:]}"
+        )
+    return child.result

@@ -1,0 +1,47 @@
+"""What this machine is, detected independently of the code under test: tests take their
+expectations from here, so that the CPU tier holds on a CPU box, a CUDA box and an MI300."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from packaging.version import Version
+
+from tests import vllm_releases
+
+TESTED_RANGE = (Version("0.20.0"), Version("0.33.0"))  # the README's release table
+
+
+def gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def rocm_torch() -> bool:
+    import torch
+
+    return bool(getattr(torch.version, "hip", None))
+
+
+def rocm_gpu() -> bool:
+    """A GPU visible to a HIP build of torch (what ROCM_AITER_FA needs)."""
+    return gpu_visible() and rocm_torch()
+
+
+def kfd_present() -> bool:
+    return os.path.exists("/dev/kfd")
+
+
+def aiter_importable() -> bool:
+    try:
+        importlib.import_module("aiter")
+    except Exception:  # aiter raises all sorts of errors off-ROCm
+        return False
+    return True
+
+
+def vllm_in_tested_range() -> bool:
+    low, high = TESTED_RANGE
+    return low <= Version(vllm_releases.release()) <= high
