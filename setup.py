@@ -22,7 +22,8 @@ setup(
     version=_version["__version__"],
     description=(
         "vLLM plugin for AMD ROCm: a ROCM_AITER_FA metadata builder that fixes the EAGLE "
-        "pure-decode AssertionError of vLLM 0.20.0-0.23.0"
+        "pure-decode AssertionError of vLLM 0.20.0-0.23.0 and keeps rows with context out of the "
+        "prefill region in model-runner V2 batch order"
     ),
     long_description=_long_description,
     long_description_content_type="text/markdown",

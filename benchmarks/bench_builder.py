@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "own_build_path": own_build.enabled(),
         "python": platform.python_version(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -21,7 +21,6 @@ Reported per workload:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from bench_builder import cpu_name  # benchmarks/ is sys.path[0] when run as a script
 
 BLOCK_SIZE = 16
 NUM_BLOCKS = 16384  # 262144 tokens of KV cache: enough that nothing is preempted for lack of it
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "vllm": vllm.__version__,
         "torch": torch.__version__,
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "v2_order": (
             "vLLM's sort_batch_req_ids"
             if hasattr(model_runner, "sort_batch_req_ids")
@@ -352,15 +352,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(rows, args.plot, info)
     return 0
-
-
-def _cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import os
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
+
+import junit_summary  # scripts/ is on sys.path when this file runs as a script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "compat")
@@ -32,15 +33,8 @@ PROBE = (
 
 
 def _counts(junit: str) -> dict[str, int]:
-    root = ET.parse(junit).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    get = lambda key: sum(int(s.get(key, 0)) for s in suites)  # noqa: E731
-    failed = get("failures") + get("errors")
-    return {
-        "passed": get("tests") - failed - get("skipped"),
-        "failed": failed,
-        "skipped": get("skipped"),
-    }
+    c = junit_summary.counts(junit)
+    return {"passed": c["passed"], "failed": c["failures"] + c["errors"], "skipped": c["skipped"]}
 
 
 def run_release(version: str) -> dict[str, object]:

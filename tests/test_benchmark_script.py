@@ -18,29 +18,20 @@ pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
 def test_benchmark_script_reports_both_sides(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join("benchmarks", "bench_builder.py"),
-            "--sizes",
-            "1",
-            "8",
-            "--shapes",
-            "pure-decode",
-            "mixed",
-            "extend-heavy",
-            "--budget-s",
-            "0.02",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
+    proc = _run_benchmark(
+        "bench_builder.py",
+        "--sizes",
+        "1",
+        "8",
+        "--shapes",
+        "pure-decode",
+        "mixed",
+        "extend-heavy",
+        "--budget-s",
+        "0.02",
+        "--json",
+        str(out),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     rows = {(r["shape"], r["requests"]): r for r in report["rows"]}
     # mixed needs 3 requests at least, so it has no row at size 1
@@ -75,25 +66,16 @@ def test_serving_trace_reports_stock_dropping_context_and_the_plugin_never(tmp_p
     """vLLM's own Scheduler under load, steps in model-runner V2 order: stock drops context on
     some steps, the plugin on none, and V1 order on none (no timing asserted)."""
     out = tmp_path / "trace.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join("benchmarks", "serving_trace.py"),
-            "--steps",
-            "100",
-            "--workloads",
-            "chunked-8192",
-            "prefix-cache-heavy",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
+    proc = _run_benchmark(
+        "serving_trace.py",
+        "--steps",
+        "100",
+        "--workloads",
+        "chunked-8192",
+        "prefix-cache-heavy",
+        "--json",
+        str(out),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [r["workload"] for r in rows] == ["chunked-8192", "prefix-cache-heavy"]
     for row in rows:
@@ -104,3 +86,12 @@ def test_serving_trace_reports_stock_dropping_context_and_the_plugin_never(tmp_p
         assert row["stock_requests"] <= row["requests"]
     assert sum(r["stock_steps"] for r in rows) > 0  # the bug, on vLLM's own scheduling
     assert "| prefix-cache-heavy | " in proc.stdout
+
+
+def _run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, os.path.join("benchmarks", script), *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc

@@ -46,6 +46,15 @@ V2_EXAMPLE = Step(
 )
 
 
+def examples(count: int):
+    """Hypothesis settings for these tests: ``count`` examples, no deadline, module fixtures."""
+    return settings(
+        max_examples=count,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
 class Groups:
     """Per threshold: vLLM ``AttentionGroup``s over one real Attention layer, for stock's
     backend, the plugin's, and the plugin's with its own build path switched off (vLLM's
@@ -109,11 +118,7 @@ def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
     assert_same_metadata(plugin, groups.build(1, "vllm-build", cam))
 
 
-@settings(
-    max_examples=1500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@examples(1500)
 @given(step=v2_steps())
 def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: Step):
     """Every V2-ordered step: the oracle's counts, and every request attends to its whole
@@ -133,11 +138,7 @@ def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: Step):
     assert rows_attending_wrongly(meta, query, seq) == []
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@examples(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
 def test_own_build_path_equals_vllm_build_on_v2_ordered_steps(groups, step: Step):
     """The plugin's own build path against vLLM's own build() code with the same split, field by
@@ -149,11 +150,7 @@ def test_own_build_path_equals_vllm_build_on_v2_ordered_steps(groups, step: Step
     )
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@examples(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
 def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step):
     """The same steps in V1 order: stock attends truly there, and the plugin equals stock."""
@@ -165,11 +162,7 @@ def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step
     assert_same_metadata(groups.build(step.threshold, "plugin", cam), stock)
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@examples(300)
 @given(step=v2_steps())
 def test_stock_and_plugin_agree_wherever_stock_attends_truly(groups, step: Step):
     """On V2-ordered steps where stock leaves no context behind, the plugin equals stock."""

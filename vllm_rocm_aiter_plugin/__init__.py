@@ -40,7 +40,7 @@ def register() -> None:
             _log(
                 logging.WARNING,
                 "vllm-rocm-aiter-plugin could not register its ROCM_AITER_FA backend (%s: %s); "
-                "stock ROCM_AITER_FA stays in use and the pure-decode split fix is NOT active. "
+                "stock ROCM_AITER_FA stays in use and the plugin's split fixes are NOT active. "
                 "Run `vllm-rocm-aiter-plugin doctor` for details.",
                 type(exc).__name__,
                 exc,

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends import rocm_aiter_fa as aiter_fa
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
@@ -87,8 +88,12 @@ _HAS_UNIFORM_QUERY_LEN = "uniform_query_len" in _DECODE_FIELDS  # 0.29
 
 def enabled() -> bool:
     """Whether the own path may run: a verified build() source and not switched off (the kill
-    switch's on/off vocabulary, :func:`policy.switched_off`)."""
-    return _VERIFIED is not None and not switched_off(os.environ.get(FAST_BUILD_ENV))
+    switch's on/off vocabulary, :func:`policy.switched_off`). ``force`` runs it on an unverified
+    source too: only ``scripts/verify_release.py`` does that, to verify a new release."""
+    value = os.environ.get(FAST_BUILD_ENV)
+    if value is not None and value.strip().lower() == "force":
+        return True
+    return _VERIFIED is not None and not switched_off(value)
 
 
 def handles(builder: AiterFlashAttentionMetadataBuilder) -> bool:
@@ -111,8 +116,8 @@ def _sync_allowed() -> contextlib.AbstractContextManager[Any]:
 def build(
     builder: AiterFlashAttentionMetadataBuilder,
     common_prefix_len: int,
-    common_attn_metadata: Any,
-) -> Any:
+    common_attn_metadata: CommonAttentionMetadata,
+) -> aiter_fa.AiterFlashAttentionMetadata:
     """Metadata equal to stock ``build()``'s, computed with the plugin's faster host code."""
     cam = common_attn_metadata
     if hasattr(builder, "_build_asm_kv_scale_tables"):
@@ -190,8 +195,12 @@ def _pure_decode_max_query_len(qsl: np.ndarray) -> int:
 
 
 def _decode_metadata(
-    builder: Any, cam: Any, num_decodes: int, num_decode_tokens: int, max_query_len: int
-) -> Any:
+    builder: AiterFlashAttentionMetadataBuilder,
+    cam: CommonAttentionMetadata,
+    num_decodes: int,
+    num_decode_tokens: int,
+    max_query_len: int,
+) -> aiter_fa.AiterFlashAttentionDecodeMetadata:
     if _HAS_UNIFORM_QUERY_LEN:
         uniform = max_query_len if num_decode_tokens == num_decodes * max_query_len else None
         return aiter_fa.AiterFlashAttentionDecodeMetadata(
@@ -229,13 +238,13 @@ def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _extend_metadata(
-    builder: Any,
-    cam: Any,
+    builder: AiterFlashAttentionMetadataBuilder,
+    cam: CommonAttentionMetadata,
     num_decodes: int,
     num_extends: int,
     all_query_lens: np.ndarray,
     seq_lens_host: torch.Tensor,
-) -> Any:
+) -> aiter_fa.AiterFlashAttentionChunkPrefillMetadata:
     device = builder.device
     rows = slice(num_decodes, num_decodes + num_extends)
     query_lens = torch.from_numpy(all_query_lens[rows])  # same dtype as query_start_loc_cpu

@@ -147,7 +147,8 @@ def decide_registration(
             logging.WARNING,
             f"vLLM {vllm_version} is older than {_min()}, the oldest release this plugin "
             f"supports; ROCM_AITER_FA stays stock (releases before {_min()} do not have the "
-            f"bug). Set {SWITCH_ENV}=force to override anyway.",
+            f"EAGLE crash, and the plugin was not verified on their builder). Set "
+            f"{SWITCH_ENV}=force to override anyway.",
         )
     replaced = (
         "" if current_backend_path == stock_backend_path else f" (replacing {current_backend_path})"
@@ -163,8 +164,8 @@ def decide_registration(
     return Decision(
         True,
         logging.INFO,
-        f"ROCM_AITER_FA -> {BACKEND_QUALNAME} (vLLM {vllm_version}; pure-decode split fix, "
-        f"vLLM PR #44936){replaced}.",
+        f"ROCM_AITER_FA -> {BACKEND_QUALNAME} (vLLM {vllm_version}; EAGLE pure-decode fix, vLLM "
+        f"PR #44936, and model-runner V2 batch-order fix){replaced}.",
     )
 
 

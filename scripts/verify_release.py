@@ -1,0 +1,63 @@
+"""Verify the plugin's own build path on a vLLM release and print the fingerprint line to add.
+
+Usage (inside an environment with that vLLM installed; ``bash scripts/nox -s verify -- 0.34.0``
+builds one): ``python scripts/verify_release.py 0.34.0``
+
+Runs the differential tests (the own build path against the installed vLLM's ``build()``, in V1
+and model-runner V2 order, plus the split and its attention oracle) with the own path forced on
+(``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=force``). Only if they pass does it print the line for
+``VERIFIED_BUILD_FINGERPRINTS`` in ``vllm_rocm_aiter_plugin/own_build.py``. Exit 0 = verified (or
+already known), 1 = a test failed (do not add the line), 2 = the wrong vLLM is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIFFERENTIAL_TESTS = [
+    "tests/test_builder.py",
+    "tests/test_model_runner_v2.py",
+    "tests/test_split.py",
+]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    wanted = argv[0]
+    import vllm
+
+    from vllm_rocm_aiter_plugin import own_build
+
+    if vllm.__version__.split("+")[0] != wanted:
+        print(
+            f"verify_release: vLLM {vllm.__version__} is installed, not {wanted}", file=sys.stderr
+        )
+        return 2
+    fingerprint = own_build.build_fingerprint()
+    known = own_build.VERIFIED_BUILD_FINGERPRINTS.get(fingerprint)
+    print(f"vLLM {wanted}: build() fingerprint {fingerprint} "
+          f"({'known: ' + known if known else 'not yet verified'})")  # fmt: skip
+    env = {**os.environ, own_build.FAST_BUILD_ENV: "force"}
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *DIFFERENTIAL_TESTS],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if tests.returncode != 0:
+        print(f"verify_release: the differential tests FAILED on vLLM {wanted}: the own build "
+              "path does not match this release's build(); do not add its fingerprint")  # fmt: skip
+        return 1
+    if known:
+        print(f"verify_release: vLLM {wanted} passes; its fingerprint is already listed")
+    else:
+        print("verify_release: passed. Add this line to VERIFIED_BUILD_FINGERPRINTS:")
+        print(f'    "{fingerprint}": "{wanted}",')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
