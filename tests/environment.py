@@ -45,3 +45,7 @@ def aiter_importable() -> bool:
 def vllm_in_tested_range() -> bool:
     low, high = TESTED_RANGE
     return low <= Version(vllm_releases.release()) <= high
+
+
+def vllm_older_than_supported() -> bool:
+    return Version(vllm_releases.release()) < TESTED_RANGE[0]
