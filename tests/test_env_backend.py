@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import ast
-import inspect
 import logging
-from pathlib import Path
 
 import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -78,20 +75,3 @@ def test_agreeing_flag_and_variable_do_not_warn(config, caplog_vllm):
         is AttentionBackendEnum.ROCM_AITER_FA
     )
     assert not [r for r in caplog_vllm.records if r.levelno >= logging.WARNING]
-
-
-def test_platform_applies_it_before_vllms_own_config_checks():
-    """platform.py imports vllm.platforms.rocm (needs a ROCm GPU), so check its code statically."""
-    source = (
-        Path(__file__).resolve().parents[1] / "vllm_rocm_aiter_plugin" / "platform.py"
-    ).read_text()
-    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
-    assert [ast.unparse(b) for b in cls.bases] == ["RocmPlatform"]
-    method = next(
-        n
-        for n in cls.body
-        if isinstance(n, ast.FunctionDef) and n.name == "check_and_update_config"
-    )
-    calls = [ast.unparse(n.value.func) for n in method.body if isinstance(n, ast.Expr)]
-    assert calls == ["apply_env_attention_backend", "super().check_and_update_config"]
-    assert inspect.signature(apply_env_attention_backend).parameters.keys() >= {"vllm_config"}
