@@ -180,7 +180,7 @@ def fallback_builder_pairs(tiny_model_dir):
     """The same pairs, with the plugin builders constructed while the own path is switched off."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(own_build.FAST_BUILD_ENV, "0")
-        assert not builder_module.own_build_enabled()
+        assert not own_build.enabled()
         pairs = _builder_pairs(tiny_model_dir)
     assert not any(plugin.uses_own_build for _, plugin in pairs.values())
     return pairs
@@ -269,7 +269,7 @@ def test_own_build_path_is_verified_on_the_ci_releases():
     release = vllm_releases.release()
     if release in ("0.23.0", "0.33.0"):
         assert release in own_build.verified_release()
-        assert builder_module.own_build_enabled()
+        assert own_build.enabled()
 
 
 def test_own_build_path_can_be_switched_off(builder_pairs, fallback_builder_pairs):

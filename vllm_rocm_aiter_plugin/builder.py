@@ -107,7 +107,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         # Decided once per builder (vLLM builds one per attention group at startup): the kill
         # switch and the builder's own state do not change afterwards, and reading the
         # environment on every build() is a measurable share of a pure-decode build.
-        self.uses_own_build = own_build_enabled() and own_build.handles(self)
+        self.uses_own_build = own_build.enabled() and own_build.handles(self)
 
     def build(
         self,
@@ -118,9 +118,3 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         if self.uses_own_build and own_build.handles_kv_layout():
             return own_build.build(self, common_prefix_len, common_attn_metadata)
         return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
-
-
-def own_build_enabled() -> bool:
-    """Whether builders constructed now use the plugin's own code (verified vLLM, not switched
-    off)."""
-    return own_build.enabled()

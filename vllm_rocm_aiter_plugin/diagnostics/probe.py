@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -86,29 +87,30 @@ def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
         "eagle_pure_decode": (3, samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)),
         "v2_order": (0, samples.v2_order_batch()),
     }
-    model_dir = samples.write_tiny_llama()
     results: dict[str, dict[str, Any]] = {}
-    for name, (spec_tokens, batch) in cases.items():
-        config = samples.tiny_vllm_config(model_dir, num_speculative_tokens=spec_tokens)
-        builder = builder_cls(samples.kv_cache_spec(config), [], config, torch.device("cpu"))
-        try:
-            with unpinned_host_memory():  # extend paths pin host memory; none without a GPU
-                meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
-        except Exception as exc:
-            results[name] = {"ok": False, "detail": f"raises {type(exc).__name__}: {exc}"}
-            continue
-        counts = (meta.num_decodes, meta.num_extends, meta.num_prefills)
-        covered = sum(counts) == batch.num_reqs
-        if name == "eagle_pure_decode":
-            ok = covered and meta.num_decodes == batch.num_reqs
-        else:
-            first_prefill = meta.num_decodes + meta.num_extends
-            ok = covered and not any(contexts[first_prefill:])
-        results[name] = {
-            "ok": ok,
-            "detail": f"decodes/extends/prefills = {counts}"
-            + ("" if ok else " (a request is attended wrongly)"),
-        }
+    with tempfile.TemporaryDirectory(prefix="tiny-llama-") as model_dir:
+        samples.write_tiny_llama(model_dir)
+        for name, (spec_tokens, batch) in cases.items():
+            config = samples.tiny_vllm_config(model_dir, num_speculative_tokens=spec_tokens)
+            builder = builder_cls(samples.kv_cache_spec(config), [], config, torch.device("cpu"))
+            try:
+                with unpinned_host_memory():  # extend paths pin host memory; none without a GPU
+                    meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
+            except Exception as exc:
+                results[name] = {"ok": False, "detail": f"raises {type(exc).__name__}: {exc}"}
+                continue
+            counts = (meta.num_decodes, meta.num_extends, meta.num_prefills)
+            covered = sum(counts) == batch.num_reqs
+            if name == "eagle_pure_decode":
+                ok = covered and meta.num_decodes == batch.num_reqs
+            else:
+                first_prefill = meta.num_decodes + meta.num_extends
+                ok = covered and not any(contexts[first_prefill:])
+            results[name] = {
+                "ok": ok,
+                "detail": f"decodes/extends/prefills = {counts}"
+                + ("" if ok else " (a request is attended wrongly)"),
+            }
     return results
 
 
