@@ -337,11 +337,18 @@ def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
+    plt = pyplot()
 
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharex=True)

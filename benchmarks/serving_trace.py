@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_builder import cpu_name  # benchmarks/ is sys.path[0] when run as a script
+from bench_builder import cpu_name, pyplot  # benchmarks/ is sys.path[0] when run as a script
 
 BLOCK_SIZE = 16
 NUM_BLOCKS = 16384  # 262144 tokens of KV cache: enough that nothing is preempted for lack of it
@@ -264,10 +264,7 @@ def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r["workload"] for r in rows]
     x = np.arange(len(rows))
