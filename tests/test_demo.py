@@ -44,10 +44,10 @@ def test_demo_shows_the_fix_active():
     assert "fix ACTIVE" in out
     # stdout is the demo's own report: vLLM's log lines go to stderr
     assert not re.search(r"^(DEBUG|INFO|WARNING|ERROR) \d\d-\d\d ", out, re.M), out
-    v2_step = out[out.index("Model-runner V2 step") :]
-    assert "stock split drops context        YES" in v2_step  # on every tested release
-    assert "num_decodes=1, num_extends=0, num_prefills=2" in v2_step  # stock: context lost
-    assert "num_decodes=1, num_extends=2, num_prefills=0, num_decode_tokens=1, " in v2_step
+    assert "Model-runner V2 step (sorted by query length, threshold 1)" in out
+    assert "stock split drops context        YES" in out  # on every tested release
+    assert "num_decodes=1, num_extends=0, num_prefills=2" in out  # stock: context lost
+    assert "num_decodes=1, num_extends=2, num_prefills=0, num_decode_tokens=1, " in out
 
 
 def test_demo_fails_when_the_plugin_is_disabled():
