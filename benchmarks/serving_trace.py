@@ -21,6 +21,7 @@ Reported per workload:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -115,9 +116,14 @@ def v2_order(num_tokens: dict[str, int], drafts: dict[str, list[int]], decode_le
     from vllm.v1.worker.gpu import model_runner
 
     sort = getattr(model_runner, "sort_batch_req_ids", None)
-    if sort is not None:
-        return sort(num_tokens, drafts, decode_len)
-    return sorted(num_tokens, key=num_tokens.get)  # 0.23.0 GPUModelRunner.prepare_inputs
+    if sort is None:
+        return sorted(num_tokens, key=num_tokens.get)  # 0.23.0 GPUModelRunner.prepare_inputs
+    known = {
+        "num_tokens_per_req": num_tokens,
+        "draft_tokens": drafts,
+        "decode_query_len": decode_len,
+    }
+    return sort(**{name: known[name] for name in inspect.signature(sort).parameters})
 
 
 def v1_order(num_tokens: dict[str, int], computed: dict[str, int], threshold: int) -> list:

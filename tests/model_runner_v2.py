@@ -35,9 +35,18 @@ def v2_order(
 ) -> list[str]:
     """Request ids in the order model-runner V2 lays out a step."""
     sort = _vllm_sort()
-    if sort is not None:
-        return sort(dict(num_tokens_per_req), dict(draft_tokens), decode_query_len)
-    return sorted(num_tokens_per_req, key=num_tokens_per_req.get)  # 0.23.0 prepare_inputs
+    if sort is None:
+        return sorted(num_tokens_per_req, key=num_tokens_per_req.get)  # 0.23.0 prepare_inputs
+    # Its signature grows over releases (0.27.0: no draft_tokens): pass what it asks for.
+    known = {
+        "num_tokens_per_req": dict(num_tokens_per_req),
+        "draft_tokens": dict(draft_tokens),
+        "decode_query_len": decode_query_len,
+    }
+    params = list(inspect.signature(sort).parameters)
+    unknown = [name for name in params if name not in known]
+    assert not unknown, f"this vLLM's sort_batch_req_ids takes {params}: teach v2_order {unknown}"
+    return sort(**{name: known[name] for name in params})
 
 
 def has_vllm_sort() -> bool:
