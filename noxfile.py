@@ -105,9 +105,9 @@ def tests(session: nox.Session, vllm: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    stamp = _stamp(["requirements/test.txt"])
+    stamp = _stamp(["requirements/lint.txt"])
     if not _reuse(session, stamp):
-        session.install(*QUIET, "-r", "requirements/test.txt")
+        session.install(*QUIET, "-r", "requirements/lint.txt")
         _record(session, stamp)
     session.run("ruff", "check", ".")
 

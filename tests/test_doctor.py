@@ -16,13 +16,13 @@ from tests.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin import builder as builder_module
 from vllm_rocm_aiter_plugin import policy
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
-from vllm_rocm_aiter_plugin.diagnostics import doctor, probe, samples
+from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
 TOP_LEVEL_KEYS = {
     "versions", "gpu", "aiter", "aiter_env", "split", "plugins", "resolution",
-    "check_errors", "problems", "notes", "verdict", "exit_code",
+    "check_errors", "policy", "problems", "notes", "verdict", "exit_code",
 }  # fmt: skip
 
 
@@ -35,14 +35,6 @@ def _build_calling_split_as_attribute(
     return AiterFlashAttentionMetadataBuilder.build(
         self, common_prefix_len, common_attn_metadata, fast_build
     )
-
-
-def _stock_drops_context() -> bool:
-    """Whether the installed vLLM's own split puts the continuation of the V2-order example (the
-    third request, 8192 cached tokens) in its prefill region."""
-    batch = samples.make_batch([1, 50, 800], [901, 50, 8992])
-    num_decodes, num_extends, *_ = stock_utils.split_decodes_prefills_and_extends(batch, 1)
-    return int(num_decodes) + int(num_extends) <= 2
 
 
 def _doctor(env_extra: dict[str, str]) -> tuple[int, dict]:
@@ -60,20 +52,34 @@ def _doctor(env_extra: dict[str, str]) -> tuple[int, dict]:
 
 
 def test_default_install_reports_fix_active():
-    """On any image: releases from 0.20.0 on (newer ones with a WARNING) get the fix."""
+    """On any image: releases from 0.20.0 on (newer ones with a WARNING) get the fix; on an
+    older one the report carries the policy's refusal, and stock's harm decides the exit code."""
     code, report = _doctor({"VLLM_ROCM_USE_AITER": "1"})
     assert set(report) == TOP_LEVEL_KEYS
-    if environment.vllm_older_than_supported():  # the policy leaves older releases stock
+    assert report["check_errors"] == {}
+    if not environment.plugin_overrides_by_default():
+        harmed = vllm_releases.installed_is_affected() or (
+            vllm_releases.installed_drops_context_in_v2_order()
+        )
+        assert code == report["exit_code"] == (1 if harmed else 0)
         assert report["resolution"]["resolves_to_plugin"] is False
+        assert report["policy"]["overrides_rocm_aiter_fa"] is False
+        assert report["policy"]["level"] == "WARNING"
+        assert report["problems"] == [report["policy"]["message"]]
+        assert "VLLM_ROCM_AITER_PLUGIN=force" in report["policy"]["message"]
         return
     assert code == report["exit_code"] == 0
-    assert report["check_errors"] == {}
+    assert report["policy"]["overrides_rocm_aiter_fa"] is True
+    assert report["policy"]["level"] == (
+        "INFO" if environment.vllm_in_tested_range() else "WARNING"
+    )
     out_of_range = [p for p in report["problems"] if "outside the tested range" in p]
     assert len(out_of_range) == (0 if environment.vllm_in_tested_range() else 1)
     assert [p for p in report["problems"] if p not in out_of_range] == []
     assert report["verdict"].startswith("fix ACTIVE")
     assert report["split"]["stock_split_affected"] is vllm_releases.installed_is_affected()
-    assert report["split"]["stock_split_drops_context_v2_order"] is _stock_drops_context()
+    drops = vllm_releases.installed_drops_context_in_v2_order()
+    assert report["split"]["stock_split_drops_context_v2_order"] is drops
     assert report["resolution"]["resolves_to_plugin"] is True
     assert report["resolution"]["overridden_by_other"] is None
     assert report["plugins"]["general_entry_point"] and report["plugins"]["platform_entry_point"]
@@ -102,11 +108,11 @@ def test_disabled_plugin(env, problem):
     code, report = _doctor(env)
     assert report["resolution"]["resolves_to_plugin"] is False
     assert any(p.startswith(problem) for p in report["problems"]), report["problems"]
-    if vllm_releases.installed_is_affected() or _stock_drops_context():
+    if vllm_releases.installed_is_affected() or vllm_releases.installed_drops_context_in_v2_order():
         assert code == report["exit_code"] == 1
         assert report["verdict"].startswith("AFFECTED and the fix is NOT active")
         assert ("model-runner V2 steps can lose context" in report["verdict"]) is (
-            _stock_drops_context()
+            vllm_releases.installed_drops_context_in_v2_order()
         )
     else:
         assert code == report["exit_code"] == 0
@@ -135,7 +141,8 @@ def test_vllm_plugins_entries_are_not_stripped(tmp_path):
     assert any(
         "VLLM_PLUGINS='foo, vllm_rocm_aiter_plugin' excludes" in p for p in report["problems"]
     )
-    assert code == report["exit_code"] == (1 if _stock_drops_context() else 0)
+    harmed = vllm_releases.installed_drops_context_in_v2_order()
+    assert code == report["exit_code"] == (1 if harmed else 0)
 
 
 class _AttributeSplitBuilder(PluginAiterFlashAttentionMetadataBuilder):
@@ -154,7 +161,7 @@ class _AttributeSplitBuilder(PluginAiterFlashAttentionMetadataBuilder):
 def test_verdict_comes_from_building_batches_not_from_resolution():
     """ROCM_AITER_FA resolves to the plugin, but its builder runs stock's split: NOT active."""
     behaviour = probe.check_builder_behaviour(_AttributeSplitBuilder)
-    assert behaviour["v2_order"]["ok"] is not _stock_drops_context()
+    assert behaviour["v2_order"]["ok"] is not vllm_releases.installed_drops_context_in_v2_order()
     assert behaviour["eagle_pure_decode"]["ok"] is not vllm_releases.installed_is_affected()
     resolved = {
         "path": policy.BACKEND_QUALNAME,
@@ -164,7 +171,10 @@ def test_verdict_comes_from_building_batches_not_from_resolution():
     }
     report = doctor.collect({"resolution": lambda: doctor.resolution_report(resolved)})
     assert report["resolution"]["resolves_to_plugin"] is True
-    if vllm_releases.installed_is_affected() or _stock_drops_context():
+    harmed = vllm_releases.installed_is_affected() or (
+        vllm_releases.installed_drops_context_in_v2_order()
+    )
+    if harmed:
         assert report["exit_code"] == 1
         assert report["verdict"].startswith("fix NOT working")
         assert any("does not build right" in p for p in report["problems"])

@@ -14,6 +14,12 @@ pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
 PLUGIN_BACKEND = "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"
 STOCK_BACKEND = "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend"
+# With the switch unset the plugin takes over from the oldest release in the README's table on;
+# an older vLLM (an old image) stays stock, and tests about something else then force it.
+DEFAULT_BACKEND = PLUGIN_BACKEND if environment.plugin_overrides_by_default() else STOCK_BACKEND
+ACTIVE_ENV = (
+    {} if environment.plugin_overrides_by_default() else {"VLLM_ROCM_AITER_PLUGIN": "force"}
+)
 
 RESOLVE = """
 from vllm.plugins import load_general_plugins
@@ -27,7 +33,12 @@ report({"path": backend.get_path(), "class": f"{cls.__module__}.{cls.__qualname_
 
 
 def _activation_lines(output: str) -> list[str]:
-    return [line for line in output.splitlines() if "ROCM_AITER_FA -> " + PLUGIN_BACKEND in line]
+    """The plugin's line saying it took ROCM_AITER_FA (INFO; WARNING when forced on an old vLLM)."""
+    return [
+        line
+        for line in output.splitlines()
+        if "ROCM_AITER_FA -> " + PLUGIN_BACKEND in line or "overriding ROCM_AITER_FA anyway" in line
+    ]
 
 
 def test_entry_points_are_installed():
@@ -41,26 +52,40 @@ def test_entry_points_are_installed():
     assert platform.get(policy.PLUGIN_NAME) == "vllm_rocm_aiter_plugin:platform_plugin"
 
 
-def test_default_resolves_to_plugin_with_one_info_line():
+def test_default_resolution_with_one_log_line():
+    """Switch unset: the plugin with one INFO line (WARNING on a release newer than the table);
+    stock with one WARNING saying why on a release older than the table."""
     child = run_child(RESOLVE)
+    if not environment.plugin_overrides_by_default():
+        assert child.result == {
+            "path": STOCK_BACKEND,
+            "class": STOCK_BACKEND,
+            "builder": "AiterFlashAttentionMetadataBuilder",
+        }
+        assert not _activation_lines(child.output)
+        refusals = [line for line in child.output.splitlines() if "is older than" in line]
+        assert len(refusals) == 1 and "WARNING" in refusals[0], child.output[-3000:]
+        return
     assert child.result == {
         "path": PLUGIN_BACKEND,
         "class": PLUGIN_BACKEND,
         "builder": "PluginAiterFlashAttentionMetadataBuilder",
     }
     lines = _activation_lines(child.output)
-    assert len(lines) == 1 and "INFO" in lines[0], child.output[-3000:]
+    level = "INFO" if environment.vllm_in_tested_range() else "WARNING"
+    assert len(lines) == 1 and level in lines[0], child.output[-3000:]
 
 
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"VLLM_PLUGINS": policy.PLUGIN_NAME}, PLUGIN_BACKEND),
+        ({"VLLM_PLUGINS": policy.PLUGIN_NAME}, DEFAULT_BACKEND),
         ({"VLLM_PLUGINS": "some_other_plugin"}, STOCK_BACKEND),
         ({"VLLM_PLUGINS": ""}, STOCK_BACKEND),
         ({"VLLM_ROCM_AITER_PLUGIN": "0"}, STOCK_BACKEND),
         ({"VLLM_ROCM_AITER_PLUGIN": "off"}, STOCK_BACKEND),
-        ({"VLLM_ROCM_AITER_PLUGIN": "1"}, PLUGIN_BACKEND),
+        ({"VLLM_ROCM_AITER_PLUGIN": "1"}, DEFAULT_BACKEND),
+        ({"VLLM_ROCM_AITER_PLUGIN": "force"}, PLUGIN_BACKEND),
     ],
     ids=[
         "allowlisted",
@@ -69,6 +94,7 @@ def test_default_resolves_to_plugin_with_one_info_line():
         "kill-switch-0",
         "kill-switch-off",
         "switch-1",
+        "force",
     ],
 )
 def test_enable_and_disable(env, expected):
@@ -94,7 +120,8 @@ def test_spawned_child_process_sees_the_override():
         path = queue.get(timeout=240)
         proc.join(timeout=60)
         report({"child": path, "exitcode": proc.exitcode})
-        """
+        """,
+        ACTIVE_ENV,
     )
     assert child.result == {"child": PLUGIN_BACKEND, "exitcode": 0}
 
@@ -116,7 +143,8 @@ def test_registering_many_times_leaves_one_override():
         ours = [b.name for b in AttentionBackendEnum
                 if path(b) == "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"]
         report({"ours": ours, "overridden": AttentionBackendEnum.ROCM_AITER_FA.is_overridden()})
-        """
+        """,
+        ACTIVE_ENV,
     )
     assert child.result == {"ours": ["ROCM_AITER_FA"], "overridden": True}
     assert len(_activation_lines(child.output)) == 1

@@ -270,7 +270,9 @@ def test_query_start_loc_decreasing(lead, long_row):
 
 
 @LEAD
-@pytest.mark.parametrize("with_upper_bound", [True, False])
+@pytest.mark.parametrize(
+    "with_upper_bound", [pytest.param(True, marks=needs_upper_bound_field), False]
+)
 def test_seq_len_smaller_than_query_len(lead, with_upper_bound):
     batch = _lead(lead, [1, 5, 6], [9, 20, 6], with_upper_bound=with_upper_bound)
     short = torch.tensor([10] * lead + [9, 3, 6], dtype=torch.int32)

@@ -57,10 +57,13 @@ def test_rocm_workflow_steps_run_in_order(tmp_path):
     assert ran == [step["name"] for step in _steps("rocm.yml", "mi300") if "run" in step]
     assert (work / "before.txt").read_text() == (work / "after.txt").read_text()
     report = json.loads((work / "doctor.json").read_text())
-    if environment.vllm_older_than_supported():  # the policy leaves it stock; the JSON says so
-        assert report["resolution"]["resolves_to_plugin"] is False
-    else:
+    active = environment.plugin_overrides_by_default()
+    assert report["policy"]["overrides_rocm_aiter_fa"] is active
+    assert report["resolution"]["resolves_to_plugin"] is active
+    if active:
         assert report["exit_code"] == 0 and report["verdict"].startswith("fix ACTIVE")
+    else:  # an old image: the policy leaves it stock, and the JSON says why
+        assert report["problems"] == [report["policy"]["message"]]
 
 
 def _run_steps(work: Path, env: dict[str, str]) -> list[str]:
@@ -78,7 +81,7 @@ def _run_steps(work: Path, env: dict[str, str]) -> list[str]:
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
         ran.append(step["name"])
-        if step["name"].startswith("main job") and environment.vllm_older_than_supported():
+        if step["name"].startswith("main job") and not environment.plugin_overrides_by_default():
             assert proc.returncode == 1 and "fix NOT active" in proc.stdout
             continue
         assert proc.returncode == 0, f"step {step['name']!r} failed:\n{proc.stdout}\n{proc.stderr}"

@@ -31,6 +31,33 @@ def installed_is_affected() -> bool:
     return _stock_split_raises_on_eagle_decode()
 
 
+def installed_drops_context_in_v2_order() -> bool:
+    """Whether the installed vLLM's stock split puts a row with context in its prefill region on
+    a model-runner V2 step (sorted by query length, threshold 1): a decode, a new 50-token
+    prompt, then an 800-token chunk continuing 8192 cached tokens. Run, not looked up: no
+    release is known to keep that row out."""
+    import dataclasses
+
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.attention.backends import utils as stock_utils
+
+    offsets = torch.tensor([0, 1, 51, 851], dtype=torch.int32)
+    seq_lens = torch.tensor([901, 50, 8992], dtype=torch.int32)
+    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    upper_bound = {"seq_lens_cpu_upper_bound": seq_lens}  # a field from 0.20.0 on
+    if "seq_lens_cpu_upper_bound" not in fields:
+        upper_bound = {}
+    batch = CommonAttentionMetadata(
+        query_start_loc=offsets, query_start_loc_cpu=offsets, seq_lens=seq_lens, num_reqs=3,
+        num_actual_tokens=851, max_query_len=800, max_seq_len=8992,
+        block_table_tensor=torch.zeros((3, 600), dtype=torch.int32),
+        slot_mapping=torch.zeros(851, dtype=torch.int64), **upper_bound,
+    )  # fmt: skip
+    num_decodes, num_extends, *_ = stock_utils.split_decodes_prefills_and_extends(batch, 1)
+    return int(num_decodes) + int(num_extends) < 3
+
+
 def _stock_split_raises_on_eagle_decode() -> bool:
     import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata

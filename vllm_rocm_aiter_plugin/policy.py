@@ -146,9 +146,9 @@ def decide_registration(
             False,
             logging.WARNING,
             f"vLLM {vllm_version} is older than {_min()}, the oldest release this plugin "
-            f"supports; ROCM_AITER_FA stays stock (releases before {_min()} do not have the "
-            f"EAGLE crash, and the plugin was not verified on their builder). Set "
-            f"{SWITCH_ENV}=force to override anyway.",
+            f"was verified on; ROCM_AITER_FA stays stock. Its split has no EAGLE crash but can "
+            f"drop context in model-runner V2 order: set {SWITCH_ENV}=force to override anyway, "
+            f"and run `vllm-rocm-aiter-plugin doctor`, which checks the builder on this vLLM.",
         )
     replaced = (
         "" if current_backend_path == stock_backend_path else f" (replacing {current_backend_path})"

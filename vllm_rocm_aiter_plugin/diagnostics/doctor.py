@@ -8,6 +8,7 @@ doctor could not run a check. ``--json`` prints one object with stable keys.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -158,11 +159,36 @@ def collect(checks: dict[str, Callable[[], Any]] | None = None) -> dict[str, Any
         except Exception as exc:
             report[name] = None
             failed[name] = f"{type(exc).__name__}: {exc}"
+    try:
+        report["policy"] = _policy(report)
+    except Exception as exc:
+        report["policy"] = None
+        failed["policy"] = f"{type(exc).__name__}: {exc}"
     report["check_errors"] = failed
     report["verdict"], report["exit_code"] = _verdict(report)
     report["problems"] = _problems(report)
     report["notes"] = _notes(report)
     return report
+
+
+def _policy(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The activation policy's decision for this vLLM and switch, as the general plugin takes it
+    in a vLLM process (given the override the fresh process found, if another package's)."""
+    versions, plugins = report.get("versions"), report.get("plugins")
+    if not versions or not plugins:
+        return None
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    stock = AttentionBackendEnum.ROCM_AITER_FA.value
+    other = (report.get("resolution") or {}).get("overridden_by_other")
+    decision = policy.decide_registration(
+        versions["vllm"], policy.Switch(plugins["kill_switch"]), other or stock, stock
+    )
+    return {
+        "overrides_rocm_aiter_fa": decision.activate,
+        "level": logging.getLevelName(decision.level),
+        "message": decision.message,
+    }
 
 
 def _problems(report: dict[str, Any]) -> list[str]:
@@ -211,7 +237,16 @@ def _problems(report: dict[str, Any]) -> list[str]:
             f"vLLM ({'; '.join(wrong)}): the plugin does not support this vLLM's build(); "
             "check the README's release table and report the vLLM version"
         )
-    if versions and not versions["vllm_in_tested_range"]:
+    decision = report.get("policy")
+    refused_version = (
+        decision is not None
+        and not decision["overrides_rocm_aiter_fa"]
+        and decision["level"] == "WARNING"
+        and not (resolution and resolution["overridden_by_other"])
+    )
+    if refused_version:  # this vLLM's version (below the range, or unparsable): the policy's words
+        problems.append(decision["message"])
+    elif versions and not versions["vllm_in_tested_range"]:
         problems.append(
             f"vLLM {versions['vllm']} is outside the tested range "
             f"{'-'.join(versions['vllm_tested_range'])}: check the README's release table"
@@ -337,6 +372,7 @@ def render(report: dict[str, Any], out: TextIO) -> None:
         (policy.SWITCH_ENV, p.get("kill_switch")),
         ("other platform plugins", _fmt(p.get("other_platform_plugins"))),
     ]  # fmt: skip
+    rows.append(("policy", (report.get("policy") or {}).get("message")))
     r = report.get("resolution") or {}
     rows.append(("ROCM_AITER_FA resolves to", r.get("ROCM_AITER_FA")))
     for name, case in (r.get("behaviour") or {}).items():
