@@ -47,11 +47,7 @@ def vllm_in_tested_range() -> bool:
     return low <= Version(vllm_releases.release()) <= high
 
 
-def vllm_older_than_supported() -> bool:
-    return Version(vllm_releases.release()) < TESTED_RANGE[0]
-
-
 def plugin_overrides_by_default() -> bool:
     """Whether the plugin takes ROCM_AITER_FA with its switch unset: on every release from the
     oldest in the README's table on (newer ones too, with a WARNING); older ones stay stock."""
-    return not vllm_older_than_supported()
+    return Version(vllm_releases.release()) >= TESTED_RANGE[0]
