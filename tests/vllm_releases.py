@@ -36,43 +36,45 @@ def installed_drops_context_in_v2_order() -> bool:
     a model-runner V2 step (sorted by query length, threshold 1): a decode, a new 50-token
     prompt, then an 800-token chunk continuing 8192 cached tokens. Run, not looked up: no
     release is known to keep that row out."""
-    import dataclasses
-
-    import torch
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-    from vllm.v1.attention.backends import utils as stock_utils
-
-    offsets = torch.tensor([0, 1, 51, 851], dtype=torch.int32)
-    seq_lens = torch.tensor([901, 50, 8992], dtype=torch.int32)
-    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    upper_bound = {"seq_lens_cpu_upper_bound": seq_lens}  # a field from 0.20.0 on
-    if "seq_lens_cpu_upper_bound" not in fields:
-        upper_bound = {}
-    batch = CommonAttentionMetadata(
-        query_start_loc=offsets, query_start_loc_cpu=offsets, seq_lens=seq_lens, num_reqs=3,
-        num_actual_tokens=851, max_query_len=800, max_seq_len=8992,
-        block_table_tensor=torch.zeros((3, 600), dtype=torch.int32),
-        slot_mapping=torch.zeros(851, dtype=torch.int64), **upper_bound,
-    )  # fmt: skip
-    num_decodes, num_extends, *_ = stock_utils.split_decodes_prefills_and_extends(batch, 1)
+    num_decodes, num_extends, *_ = _stock_split(
+        [1, 50, 800], [901, 50, 8992], threshold=1, with_upper_bound=True
+    )
     return int(num_decodes) + int(num_extends) < 3
 
 
 def _stock_split_raises_on_eagle_decode() -> bool:
+    """EAGLE's pure-decode metadata as model-runner V2 builds it: no upper bound."""
+    try:
+        _stock_split([4] * 4, [104, 111, 118, 125], threshold=4, with_upper_bound=False)
+    except AssertionError:
+        return True
+    return False
+
+
+def _stock_split(
+    query_lens: list[int], seq_lens: list[int], threshold: int, with_upper_bound: bool
+) -> tuple:
+    """The installed vLLM's own split on a batch built straight from ``CommonAttentionMetadata``
+    (host tensors; the upper bound set only where this vLLM has that field, from 0.20.0)."""
+    import dataclasses
+    import itertools
+
     import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.attention.backends import utils as stock_utils
 
-    offsets = torch.arange(0, 17, 4, dtype=torch.int32)  # 4 requests x 4 tokens
-    seq_lens = torch.tensor([104, 111, 118, 125], dtype=torch.int32)
+    offsets = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32)
+    seq = torch.tensor(seq_lens, dtype=torch.int32)
+    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    extra = {}
+    if with_upper_bound and "seq_lens_cpu_upper_bound" in fields:
+        extra["seq_lens_cpu_upper_bound"] = seq
+    tokens, blocks = int(offsets[-1]), (max(seq_lens) + 15) // 16
     batch = CommonAttentionMetadata(
-        query_start_loc=offsets, query_start_loc_cpu=offsets, seq_lens=seq_lens, num_reqs=4,
-        num_actual_tokens=16, max_query_len=4, max_seq_len=125,
-        block_table_tensor=torch.zeros((4, 8), dtype=torch.int32),
-        slot_mapping=torch.zeros(16, dtype=torch.int64),
+        query_start_loc=offsets, query_start_loc_cpu=offsets, seq_lens=seq,
+        num_reqs=len(query_lens), num_actual_tokens=tokens, max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_table_tensor=torch.zeros((len(query_lens), blocks), dtype=torch.int32),
+        slot_mapping=torch.zeros(tokens, dtype=torch.int64), **extra,
     )  # fmt: skip
-    try:
-        stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=4)
-    except AssertionError:
-        return True
-    return False
+    return stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=threshold)
