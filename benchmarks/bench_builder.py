@@ -191,9 +191,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import vllm
     from vllm.v1.attention.backends import utils as stock_utils
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+    from vllm.v1.attention.backends.rocm_aiter_fa import (
+        AiterFlashAttentionMetadata,
+        AiterFlashAttentionMetadataBuilder,
+    )
 
-    from vllm_rocm_aiter_plugin import own_build
+    from vllm_rocm_aiter_plugin import builder
     from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
     from vllm_rocm_aiter_plugin.diagnostics import samples
     from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
@@ -266,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "vllm": vllm.__version__,
         "torch": torch.__version__,
-        "own_build_path": own_build.enabled(),
+        "own_build_path": builder.own_build_enabled(),
+        # vLLM 0.20-0.21 metadata carries host values of every sequence length (any build reads them)
+        "pure_decode_reads_seq_lens": "num_actual_kv_tokens"
+        in AiterFlashAttentionMetadata.__dataclass_fields__,
         "python": platform.python_version(),
         "cpu": cpu_name(),
         "cores": os.cpu_count(),

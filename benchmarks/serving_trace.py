@@ -3,11 +3,10 @@
 Run: ``bash scripts/nox -s trace`` (writes benchmarks/results/serving_trace.{json,md,png}), or
 ``python benchmarks/serving_trace.py`` in any environment with vLLM and the plugin installed.
 
-No model runs. For each synthetic workload, vLLM's ``Scheduler`` (chunked prefill, prefix caching
-where the workload says so) schedules steps over a tiny Llama config; every scheduled request then
-"samples" one token once its prompt is done, so requests decode until their ``max_tokens`` and
-finish as in serving. Each step is laid out as model-runner V2 lays it out (the installed vLLM's
-``sort_batch_req_ids``, or 0.23.0's sort by query length) and, for comparison, in V1 region order.
+No model runs. vLLM's ``Scheduler`` schedules each synthetic workload
+(``diagnostics/scheduler_trace.py``); each step is laid out as model-runner V2 lays it out (the
+installed vLLM's ``sort_batch_req_ids``, or its sort by query length) and, for comparison, as the
+V1 runner's reorder does.
 
 Reported per workload:
 - steps where stock's split puts a row with context in the prefill region (which attends only to
@@ -15,179 +14,33 @@ Reported per workload:
   that have any row above the threshold; the same for the plugin (must be 0) and for V1 order;
 - requests affected at least once (stock, plugin);
 - total ``build()`` time over the trace, stock builder vs plugin builder, on the V2-ordered steps
-  (both inside ``unpinned_host_memory()`` on CPU, as in bench_builder.py), measured side by side.
+  (both inside ``unpinned_host_memory()`` on CPU, as in bench_builder.py), measured side by side;
+- with ``--forward-steps N``: N mixed steps per workload run through vLLM's real ROCM_AITER_FA
+  forward (``diagnostics/forward``): requests with wrong or NaN output for stock and the plugin in
+  V2 order, and context chunks per step (stock in V1 order against the plugin in V2 order).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import json
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from bench_builder import cpu_name, pyplot  # benchmarks/ is sys.path[0] when run as a script
 
-BLOCK_SIZE = 16
-NUM_BLOCKS = 16384  # 262144 tokens of KV cache: enough that nothing is preempted for lack of it
+from vllm_rocm_aiter_plugin.diagnostics import tables
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order, v2_order_source
+from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
+from vllm_rocm_aiter_plugin.diagnostics.scheduler_trace import WORKLOADS, Workload, steps_of
 
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    description: str
-    budget: int  # max_num_batched_tokens (chunked prefill)
-    steps: int
-    arrivals_per_step: float  # mean new requests per step (Poisson)
-    prompt: Callable[[np.random.Generator], int]
-    output: Callable[[np.random.Generator], int]
-    shared_prefix: int = 0  # tokens of a system prompt ...
-    prefix_share: float = 0.0  # ... that this share of the requests start with
-    prefix_caching: bool = False
-
-
-def _chat(rng: np.random.Generator) -> int:
-    return int(rng.integers(50, 1500))
-
-
-def _long_or_chat(share_long: float) -> Callable[[np.random.Generator], int]:
-    def draw(rng: np.random.Generator) -> int:
-        if rng.random() < share_long:
-            return int(rng.integers(4000, 14000))
-        return _chat(rng)
-
-    return draw
-
-
-def _out(rng: np.random.Generator) -> int:
-    return int(rng.integers(32, 400))
-
-
-WORKLOADS = [
-    Workload("chunked-2048", "chat + 20% long prompts, budget 2048", 2048, 600, 0.25,
-             _long_or_chat(0.2), _out),
-    Workload("chunked-8192", "chat + 20% long prompts, budget 8192", 8192, 600, 0.8,
-             _long_or_chat(0.2), _out),
-    Workload("prefix-cache-light", "chat, 60% behind a shared 1024-token system prompt, prefix "
-             "caching, light load", 8192, 600, 0.15, _chat, _out, 1024, 0.6, True),
-    Workload("prefix-cache-heavy", "chat, 60% behind a shared 1024-token system prompt, prefix "
-             "caching, heavy load", 8192, 600, 1.5, _chat, _out, 1024, 0.6, True),
-    Workload("long-context-mix", "50% prompts of 4k-14k tokens mixed with chat, budget 16384",
-             16384, 600, 0.5, _long_or_chat(0.5), _out),
-]  # fmt: skip
-
-
-def make_scheduler(config: Any, workload: Workload) -> Any:
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    from vllm_rocm_aiter_plugin.diagnostics import samples
-
-    config.cache_config.enable_prefix_caching = workload.prefix_caching
-    config.cache_config.num_gpu_blocks = NUM_BLOCKS  # what the engine sets after profiling
-    kv_cache_config = KVCacheConfig(
-        num_blocks=NUM_BLOCKS,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], samples.kv_cache_spec(config))],
-    )
-    return Scheduler(
-        vllm_config=config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(config),
-        block_size=BLOCK_SIZE,
-    )
-
-
-def make_request(req_id: str, prompt: list[int], max_tokens: int, hasher: Any) -> Any:
-    from vllm import SamplingParams
-    from vllm.v1.request import Request
-
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    return Request(req_id, prompt, params, None, block_hasher=hasher)
-
-
-def v2_order(num_tokens: dict[str, int], drafts: dict[str, list[int]], decode_len: int) -> list:
-    from vllm.v1.worker.gpu import model_runner
-
-    sort = getattr(model_runner, "sort_batch_req_ids", None)
-    if sort is None:
-        return sorted(num_tokens, key=num_tokens.get)  # 0.23.0 GPUModelRunner.prepare_inputs
-    known = {
-        "num_tokens_per_req": num_tokens,
-        "draft_tokens": drafts,
-        "decode_query_len": decode_len,
-    }
-    return sort(**{name: known[name] for name in inspect.signature(sort).parameters})
-
-
-def v1_order(num_tokens: dict[str, int], computed: dict[str, int], threshold: int) -> list:
-    """Regions of ``reorder_batch_to_split_decodes_and_prefills``: decode/short extend (context,
-    short), long extend (context, long), prefill (no context)."""
-
-    def region(r: str) -> int:
-        if not computed[r]:
-            return 2
-        return 0 if num_tokens[r] <= threshold else 1
-
-    return sorted(num_tokens, key=region)
-
-
-def steps_of(workload: Workload, config: Any, seed: int) -> list[dict[str, Any]]:
-    """Drive the scheduler; return each step's requests (id, context, query, drafts)."""
-    from vllm.utils.hashing import sha256
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.outputs import ModelRunnerOutput
-
-    rng = np.random.default_rng(seed)
-    scheduler = make_scheduler(config, workload)
-    init_none_hash(sha256)
-    hasher = get_request_block_hasher(BLOCK_SIZE, sha256)
-    system = [int(t) for t in rng.integers(1, 1000, workload.shared_prefix)]
-    steps, next_id, prompt_lens = [], 0, {}
-    for _ in range(workload.steps):
-        for _ in range(rng.poisson(workload.arrivals_per_step)):
-            prompt = system if rng.random() < workload.prefix_share else []
-            prompt = prompt + [int(t) for t in rng.integers(1, 1000, workload.prompt(rng))]
-            req_id = f"r{next_id}"
-            next_id += 1
-            prompt_lens[req_id] = len(prompt)
-            scheduler.add_request(make_request(req_id, prompt, workload.output(rng), hasher))
-        out = scheduler.schedule()
-        if not out.num_scheduled_tokens:
-            continue
-        computed = {r.req_id: r.num_computed_tokens for r in out.scheduled_new_reqs}
-        cached = out.scheduled_cached_reqs
-        computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
-        steps.append(
-            {
-                "num_tokens": dict(out.num_scheduled_tokens),
-                "computed": computed,
-                "drafts": {k: list(v) for k, v in out.scheduled_spec_decode_tokens.items()},
-            }
-        )
-        req_ids = list(out.num_scheduled_tokens)
-        sampled = [
-            [7] if computed[r] + out.num_scheduled_tokens[r] >= prompt_lens[r] else []
-            for r in req_ids
-        ]
-        runner_output = ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={r: i for i, r in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-        )
-        scheduler.update_from_output(out, runner_output)
-    return steps
-
-
-def context_rows_in_prefill(counts: tuple, query: list[int], seq: list[int]) -> list[int]:
-    first_prefill = int(counts[0]) + int(counts[1])
-    return [row for row in range(first_prefill, len(query)) if seq[row] > query[row]]
+FORWARD_MAX_TOKENS = 2048
+"""Steps sampled for the attention-output view have at most this many scheduled tokens (vLLM's
+Triton merge runs in the interpreter on CPU, about 2 ms per token and head)."""
 
 
 def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> dict[str, Any]:
@@ -211,7 +64,7 @@ def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> d
         row["requests"].update(num_tokens)
         for order, key in (
             (v2_order(num_tokens, step["drafts"], threshold), ""),
-            (v1_order(num_tokens, computed, threshold), "v1_"),
+            (v1_order(num_tokens, computed, step["prompt_lens"], threshold), "v1_"),
         ):
             query = [num_tokens[r] for r in order]
             seq = [computed[r] + num_tokens[r] for r in order]
@@ -246,27 +99,61 @@ def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> d
     return row
 
 
-def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
-    pct = lambda a, b: f"{100 * a / b:.1f}%" if b else "-"  # noqa: E731
-    lines = [
-        f"vLLM {info['vllm']} Scheduler, torch {info['torch']}, {info['cpu']}, model-runner V2 "
-        f"order from {info['v2_order']}; threshold 1 (no speculation)",
-        "",
-        "| workload | steps | mixed steps | stock drops context: steps (% of mixed) | plugin | "
-        "V1 order, stock | requests | requests hit (stock) | requests hit (plugin) | "
-        "build() stock s | build() plugin s | ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+def forward_sample(
+    workload: Workload, steps: list[dict[str, Any]], count: int
+) -> list[dict[str, Any]]:
+    """Up to ``count`` mixed steps (at most ``FORWARD_MAX_TOKENS`` scheduled tokens), spread
+    evenly over the trace, run through vLLM's real forward (the forward tier's runner): in V2
+    order with stock's backend and the plugin's, in V1 order with stock's for its chunk count."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import from_scheduler_step
+
+    eligible = [
+        i
+        for i, step in enumerate(steps)
+        if max(step["num_tokens"].values()) > 1
+        and sum(step["num_tokens"].values()) <= FORWARD_MAX_TOKENS
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['workload']} | {r['steps']} | {r['mixed_steps']} "
-            f"| {r['stock_steps']} ({pct(r['stock_steps'], r['mixed_steps'])}) "
-            f"| {r['plugin_steps']} | {r['v1_stock_steps']} | {r['requests']} "
-            f"| {r['stock_requests']} ({pct(r['stock_requests'], r['requests'])}) "
-            f"| {r['plugin_requests']} | {r['build_stock_s']:.3f} | {r['build_plugin_s']:.3f} "
-            f"| {r['build_stock_s'] / r['build_plugin_s']:.1f}x |"
+    picked = [eligible[round(k * len(eligible) / count)] for k in range(min(count, len(eligible)))]
+    cases = [
+        from_scheduler_step(f"{workload.name}-{i}", steps[i], "v2", num_heads=1, num_kv_heads=1)
+        for i in picked
+    ]
+    if not cases:
+        return []
+    report = runner.run_in_child(cases=cases, timeout=7200)
+    return report["cases"]
+
+
+def forward_view(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per workload: wrong and NaN requests for stock and the plugin (V2 order), and context
+    chunks per step, stock in V1 order against the plugin in V2 order."""
+    view: dict[str, Any] = {"forward_steps": len(cases)}
+    for kind in ("stock", "plugin"):
+        wrong = nan = requests = 0
+        for case in cases:
+            result = case[kind]
+            if "rows" not in result:
+                continue
+            requests += len(result["rows"])
+            wrong += sum(1 for r in result["rows"] if r["nan"] or r["error"] > case["tolerance"])
+            nan += sum(1 for r in result["rows"] if r["nan"])
+        view.update({f"{kind}_wrong": wrong, f"{kind}_nan": nan, "forward_requests": requests})
+    view["v1_stock_chunks"] = [c["v1_stock_chunks"] for c in cases]
+    view["plugin_chunks"] = [c["plugin"].get("chunks") for c in cases]
+    return view
+
+
+def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+    text = tables.trace_table(rows, info)
+    if any(r.get("forward_steps") for r in rows):
+        text += (
+            f"\n\nAttention output, vLLM's real ROCM_AITER_FA forward on a sample of mixed steps "
+            f"(at most {FORWARD_MAX_TOKENS} scheduled tokens; {info['forward_kernels']}); a "
+            "request is wrong when any of its outputs is off the dense reference or not finite:\n\n"
+            + tables.trace_forward_table(rows)
         )
-    return "\n".join(lines)
+    return text
 
 
 def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
@@ -274,7 +161,8 @@ def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
 
     names = [r["workload"] for r in rows]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    with_forward = any(r.get("forward_steps") for r in rows)
+    fig, axes = plt.subplots(1, 3 if with_forward else 2, figsize=(19 if with_forward else 13, 4.8))
     share = lambda a, b: 100 * a / b if b else 0  # noqa: E731
     axes[0].bar(x - 0.2, [share(r["stock_steps"], r["mixed_steps"]) for r in rows], 0.4,
                 label="stock: steps dropping context (% of mixed steps)")  # fmt: skip
@@ -287,6 +175,14 @@ def plot(rows: list[dict[str, Any]], path: str, info: dict[str, Any]) -> None:
     axes[1].bar(x + 0.2, [r["build_plugin_s"] for r in rows], 0.4, label="plugin build()")
     axes[1].set_ylabel("seconds over the trace")
     axes[1].set_title("total build() time")
+    if with_forward:
+        requests = [max(r.get("forward_requests", 0), 1) for r in rows]
+        axes[2].bar(x - 0.2, [share(r.get("stock_wrong", 0), n) for r, n in zip(rows, requests,
+                    strict=True)], 0.4, label="stock: wrong output (% of requests)")  # fmt: skip
+        axes[2].bar(x + 0.2, [share(r.get("plugin_wrong", 0), n) for r, n in zip(rows, requests,
+                    strict=True)], 0.4, label="plugin: wrong output (% of requests)")  # fmt: skip
+        axes[2].set_ylabel("% of requests in the sampled steps")
+        axes[2].set_title("attention output vs dense reference (vLLM's forward)")
     for ax in axes:
         ax.set_xticks(x, names, rotation=20, fontsize=8)
         ax.legend(fontsize=8)
@@ -301,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="*", default=None)
     parser.add_argument("--steps", type=int, default=None, help="steps per workload")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--forward-steps",
+        type=int,
+        default=0,
+        help="mixed steps per workload run through vLLM's forward (attention-output view)",
+    )
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--markdown", metavar="PATH")
     parser.add_argument("--plot", metavar="PNG")
@@ -308,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import vllm
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
-    from vllm.v1.worker.gpu import model_runner
 
     from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
     from vllm_rocm_aiter_plugin.diagnostics import samples
@@ -320,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.workloads and workload.name not in args.workloads:
             continue
         if args.steps:
-            workload = Workload(**{**workload.__dict__, "steps": args.steps})
+            workload = dataclasses.replace(workload, steps=args.steps)
         config = samples.tiny_vllm_config(
             model_dir, max_num_seqs=256, max_num_batched_tokens=workload.budget
         )
@@ -330,18 +231,19 @@ def main(argv: list[str] | None = None) -> int:
             AiterFlashAttentionMetadataBuilder(spec, [layer], config, torch.device("cpu")),
             PluginAiterFlashAttentionMetadataBuilder(spec, [layer], config, torch.device("cpu")),
         )
-        row = analyse(workload, steps_of(workload, config, args.seed), builders)
+        steps = steps_of(workload, config, args.seed)
+        row = analyse(workload, steps, builders)
+        if args.forward_steps:
+            row.update(forward_view(forward_sample(workload, steps, args.forward_steps)))
         rows.append(row)
         print(json.dumps(row), flush=True)
     info = {
         "vllm": vllm.__version__,
         "torch": torch.__version__,
         "cpu": cpu_name(),
-        "v2_order": (
-            "vLLM's sort_batch_req_ids"
-            if hasattr(model_runner, "sort_batch_req_ids")
-            else "query length (0.23.0 prepare_inputs)"
-        ),
+        "v2_order": v2_order_source(),
+        "forward_kernels": "vLLM's Triton merge and gather under the interpreter, torch "
+        "references for AITER's kernels",
     }
     table = render_markdown(rows, info)
     print()

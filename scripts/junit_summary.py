@@ -1,7 +1,13 @@
-"""Print a JUnit XML file's counts as one line and keep a copy (used by nox and .ci/run)."""
+"""Counts of JUnit XML reports, one line each (used by scripts/nox, .ci/run and compat).
+
+junit_summary.py SOURCE COPY       print SOURCE's counts and keep a copy at COPY
+junit_summary.py --each REPORT...  one line per report, then the total; exit 1 if any failed
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import sys
 import xml.etree.ElementTree as ET
@@ -18,23 +24,32 @@ def counts(path: str) -> dict[str, int]:
     return total
 
 
+def _line(c: dict[str, int]) -> str:
+    return f"{c['passed']} passed, {c['failures'] + c['errors']} failed, {c['skipped']} skipped"
+
+
+def _label(path: str) -> str:
+    match = re.match(r"junit-vllm-(.+?)(-partial)?\.xml$", os.path.basename(path))
+    if match is None:
+        return path
+    return f"vLLM {match.group(1)}" + (" (partial run)" if match.group(2) else "")
+
+
 def main(argv: list[str]) -> int:
-    if argv[0] == "--total":
-        sums = {"passed": 0, "failed": 0, "skipped": 0}
-        for path in argv[1:]:
+    if argv and argv[0] == "--each":
+        sums = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+        for path in sorted(argv[1:]):
             c = counts(path)
-            sums["passed"] += c["passed"]
-            sums["failed"] += c["failures"] + c["errors"]
-            sums["skipped"] += c["skipped"]
-        print(f"total: {sums['passed']} passed, {sums['failed']} failed, {sums['skipped']} skipped")
-        return 1 if sums["failed"] else 0
+            print(f"{_label(path)}: {_line(c)}")
+            for key in sums:
+                sums[key] += c[key]
+        print(f"total: {_line(sums)}")
+        return 1 if sums["failures"] + sums["errors"] else 0
     source, copy = argv
     c = counts(source)
     shutil.copyfile(source, copy)
-    print(
-        f"{copy}: {c['passed']} passed, {c['failures'] + c['errors']} failed, {c['skipped']} skipped"
-    )
-    return 0
+    print(f"{copy}: {_line(c)}")
+    return 1 if c["failures"] + c["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ builds one): ``python scripts/verify_release.py 0.34.0``
 Runs the differential tests (the own build path against the installed vLLM's ``build()``, in V1
 and model-runner V2 order, plus the split and its attention oracle) with the own path forced on
 (``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=force``). Only if they pass does it print the line for
-``VERIFIED_BUILD_FINGERPRINTS`` in ``vllm_rocm_aiter_plugin/own_build.py``. Exit 0 = verified (or
+``VERIFIED_BUILD_FINGERPRINTS`` in ``vllm_rocm_aiter_plugin/builder.py``. Exit 0 = verified (or
 already known), 1 = a test failed (do not add the line), 2 = the wrong vLLM is installed.
 """
 
@@ -31,18 +31,18 @@ def main(argv: list[str]) -> int:
     wanted = argv[0]
     import vllm
 
-    from vllm_rocm_aiter_plugin import own_build
+    from vllm_rocm_aiter_plugin import builder
 
     if vllm.__version__.split("+")[0] != wanted:
         print(
             f"verify_release: vLLM {vllm.__version__} is installed, not {wanted}", file=sys.stderr
         )
         return 2
-    fingerprint = own_build.build_fingerprint()
-    known = own_build.VERIFIED_BUILD_FINGERPRINTS.get(fingerprint)
+    fingerprint = builder.build_fingerprint()
+    known = builder.VERIFIED_BUILD_FINGERPRINTS.get(fingerprint)
     print(f"vLLM {wanted}: build() fingerprint {fingerprint} "
           f"({'known: ' + known if known else 'not yet verified'})")  # fmt: skip
-    env = {**os.environ, own_build.FAST_BUILD_ENV: "force"}
+    env = {**os.environ, builder.FAST_BUILD_ENV: "force"}
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *DIFFERENTIAL_TESTS],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL,

@@ -30,6 +30,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+NOT_IN_THE_ENVIRONMENT = (
+    "{missing} is not installed in this Python ({python}): run the tests with "
+    "`bash scripts/nox -s tests`, which builds their environments"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Outside the test environments: one line saying how to run the tests, not a traceback."""
+    missing = []
+    for name in ("torch", "vllm"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise pytest.UsageError(
+            NOT_IN_THE_ENVIRONMENT.format(missing=" and ".join(missing), python=sys.executable)
+        )
+
+
 def _assert_real_vllm() -> None:
     """Fail the session if ``vllm`` is not the installed wheel (a mock or a stub module)."""
     import vllm

@@ -9,7 +9,22 @@ from collections.abc import Mapping
 from vllm_rocm_aiter_plugin.diagnostics.probe import ChildResult, run_python
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLEARED = ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN", "VLLM_ATTENTION_BACKEND")
+CLEARED = (
+    "VLLM_PLUGINS",
+    "VLLM_ROCM_AITER_PLUGIN",
+    "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD",
+    "VLLM_ATTENTION_BACKEND",
+    "VLLM_ROCM_USE_AITER",
+    "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE",
+)
+"""Variables a child starts without: the plugin's and the vLLM ones it reads."""
+
+
+def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without ``CLEARED``, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    env.update(extra or {})
+    return env
 
 
 def run_child(

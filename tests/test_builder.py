@@ -18,11 +18,12 @@ from tests import vllm_releases
 from tests.batches import BatchSpec, reordered_batches
 from tests.metadata_compare import assert_same_metadata
 from vllm_rocm_aiter_plugin import builder as builder_module
-from vllm_rocm_aiter_plugin import own_build
+from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+from vllm_rocm_aiter_plugin.rebind import NotRebindable, with_globals
 
 pytestmark = pytest.mark.cpu
 
@@ -179,8 +180,8 @@ def builder_pairs(tiny_model_dir):
 def fallback_builder_pairs(tiny_model_dir):
     """The same pairs, with the plugin builders constructed while the own path is switched off."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(own_build.FAST_BUILD_ENV, "0")
-        assert not own_build.enabled()
+        mp.setenv(builder_module.FAST_BUILD_ENV, "0")
+        assert not builder_module.own_build_enabled()
         pairs = _builder_pairs(tiny_model_dir)
     assert not any(plugin.uses_own_build for _, plugin in pairs.values())
     return pairs
@@ -267,9 +268,9 @@ def test_own_build_path_is_verified_on_the_ci_releases():
     """The own build path runs on the releases whose differential tests CI runs, and only where the
     installed build() source matches a verified one."""
     release = vllm_releases.release()
-    if release in ("0.23.0", "0.33.0"):
-        assert release in own_build.verified_release()
-        assert own_build.enabled()
+    if release in releases.CI:
+        assert release in builder_module.verified_release()
+        assert builder_module.own_build_enabled()
 
 
 def test_own_build_path_can_be_switched_off(builder_pairs, fallback_builder_pairs):
@@ -277,15 +278,18 @@ def test_own_build_path_can_be_switched_off(builder_pairs, fallback_builder_pair
     (through the plugin's split); the others run the own path where it is verified (or forced
     by scripts/verify_release.py)."""
     assert not any(plugin.uses_own_build for _, plugin in fallback_builder_pairs.values())
-    assert all(plugin.uses_own_build == own_build.enabled() for _, plugin in builder_pairs.values())
+    assert all(
+        plugin.uses_own_build == builder_module.own_build_enabled()
+        for _, plugin in builder_pairs.values()
+    )
 
 
 def test_rebinding_refuses_code_that_does_not_call_the_split_as_a_global():
     def build_without_split(self):
         return None
 
-    with pytest.raises(builder_module.StockBuildNotRebindable, match="does not call"):
-        builder_module.rebind_split(build_without_split, lambda *a: None)
+    with pytest.raises(NotRebindable, match="does not read"):
+        with_globals(build_without_split, {builder_module.SPLIT_GLOBAL_NAME: lambda *a: None})
 
 
 def test_rebinding_refuses_a_build_that_calls_the_split_as_an_attribute():
@@ -299,20 +303,25 @@ def test_rebinding_refuses_a_build_that_calls_the_split_as_an_attribute():
     )
     build = namespace["build"]
     assert "split_decodes_prefills_and_extends" in build.__code__.co_names
-    with pytest.raises(builder_module.StockBuildNotRebindable, match="does not call"):
-        builder_module.rebind_split(build, lambda *a: None)
+    with pytest.raises(NotRebindable, match="does not read"):
+        with_globals(build, {builder_module.SPLIT_GLOBAL_NAME: lambda *a: None})
 
 
-def test_registered_backend_is_vllms_except_for_the_builder():
-    """What vLLM asks of the backend besides the builder: its name and its kernels."""
-    assert PluginAiterFlashAttentionBackend.get_name() == AiterFlashAttentionBackend.get_name()
-    assert (
-        PluginAiterFlashAttentionBackend.get_impl_cls() is AiterFlashAttentionBackend.get_impl_cls()
+def test_a_layer_on_the_plugin_backend_runs_vllms_kernels_and_the_plugins_metadata(vllm_config):
+    """vLLM's Attention layer created on the plugin's backend: vLLM's backend name and KV-cache
+    layout, an impl that is vLLM's (vLLM's own forward and kernels), and the plugin's builder."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
+
+    config = samples.tiny_vllm_config(vllm_config.model_config.model)
+    layer_name = samples.attention_layer(config, backend=PluginAiterFlashAttentionBackend)
+    layer = config.compilation_config.static_forward_context[layer_name]
+    assert layer.attn_backend.get_name() == AiterFlashAttentionBackend.get_name()
+    assert isinstance(layer.impl, AiterFlashAttentionImpl)
+    assert type(layer.impl).forward is AiterFlashAttentionImpl.forward
+    builder = layer.attn_backend.get_builder_cls()(
+        samples.kv_cache_spec(config), [layer_name], config, torch.device("cpu")
     )
-    assert (
-        PluginAiterFlashAttentionBackend.get_builder_cls()
-        is PluginAiterFlashAttentionMetadataBuilder
-    )
+    assert isinstance(builder, PluginAiterFlashAttentionMetadataBuilder)
 
 
 def test_fallback_build_is_stock_code_and_vllm_is_untouched():
@@ -325,3 +334,4 @@ def test_fallback_build_is_stock_code_and_vllm_is_untouched():
         is stock_utils.split_decodes_prefills_and_extends
     )
     assert AiterFlashAttentionBackend.get_builder_cls() is AiterFlashAttentionMetadataBuilder
+    assert AiterFlashAttentionBackend.get_impl_cls() is rocm_aiter_fa.AiterFlashAttentionImpl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -12,8 +13,7 @@ from vllm.v1.attention.backends import utils as stock_utils
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
 from tests import environment, vllm_releases
-from tests.subprocess_util import REPO_ROOT
-from vllm_rocm_aiter_plugin import builder as builder_module
+from tests.subprocess_util import REPO_ROOT, scrubbed_env
 from vllm_rocm_aiter_plugin import policy
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
@@ -21,7 +21,7 @@ from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
 TOP_LEVEL_KEYS = {
-    "versions", "gpu", "aiter", "aiter_env", "split", "plugins", "resolution",
+    "versions", "gpu", "aiter", "variables", "split", "plugins", "resolution", "forward",
     "check_errors", "policy", "problems", "notes", "verdict", "exit_code",
 }  # fmt: skip
 
@@ -38,21 +38,16 @@ def _build_calling_split_as_attribute(
 
 
 def _doctor(env_extra: dict[str, str]) -> tuple[int, dict]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN", "VLLM_ROCM_USE_AITER")
-    }
-    env.update(env_extra)
     proc = subprocess.run(
         [sys.executable, "-m", "vllm_rocm_aiter_plugin", "doctor", "--json"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        cwd=REPO_ROOT, env=scrubbed_env(env_extra), capture_output=True, text=True, timeout=600,
+        stdin=subprocess.DEVNULL,
     )  # fmt: skip
     return proc.returncode, json.loads(proc.stdout)  # stdout is the JSON document, nothing else
 
 
 def test_default_install_reports_fix_active():
-    """On any image: releases from 0.20.0 on (newer ones with a WARNING) get the fix; on an
+    """On any image: releases from the oldest tested on (newer ones with a WARNING) get the fix; on an
     older one the report carries the policy's refusal, and stock's harm decides the exit code."""
     code, report = _doctor({"VLLM_ROCM_USE_AITER": "1"})
     assert set(report) == TOP_LEVEL_KEYS
@@ -73,9 +68,9 @@ def test_default_install_reports_fix_active():
     assert report["policy"]["level"] == (
         "INFO" if environment.vllm_in_tested_range() else "WARNING"
     )
-    out_of_range = [p for p in report["problems"] if "outside the tested range" in p]
-    assert len(out_of_range) == (0 if environment.vllm_in_tested_range() else 1)
-    assert [p for p in report["problems"] if p not in out_of_range] == []
+    # Newer than tested: the policy's WARNING is the one problem; in range, none.
+    expected = [] if environment.vllm_in_tested_range() else [report["policy"]["message"]]
+    assert report["problems"] == expected
     assert report["verdict"].startswith("fix ACTIVE")
     assert report["split"]["stock_split_affected"] is vllm_releases.installed_is_affected()
     drops = vllm_releases.installed_drops_context_in_v2_order()
@@ -89,8 +84,14 @@ def test_default_install_reports_fix_active():
     if report["gpu"] is not None:
         assert report["gpu"]["rocm"] is environment.rocm_torch()
     assert report["aiter"]["importable"] is environment.aiter_importable()
-    assert report["aiter_env"]["aiter_attention_autoselect"] is True
+    variables = {v["name"]: v for v in report["variables"]}
+    assert variables["VLLM_ROCM_USE_AITER"]["value"] == "1"
+    assert all(v["problem"] is None for v in report["variables"])
     assert all(case["ok"] for case in report["resolution"]["behaviour"].values())
+    forward = report["forward"]
+    assert forward["registered_right"] is True
+    assert bool(forward["stock_wrong_requests"]) is drops
+    assert forward["chunks"] <= forward["v1_stock_chunks"]
     # Notes say what this machine cannot run; they never change the verdict.
     can_run = environment.rocm_gpu() and environment.aiter_importable()
     assert any("cannot run ROCM_AITER_FA" in note for note in report["notes"]) is not can_run
@@ -119,29 +120,53 @@ def test_disabled_plugin(env, problem):
         assert report["verdict"].startswith("fix not needed")
 
 
-def test_a_check_that_cannot_run_gives_exit_code_2():
-    def broken() -> None:
-        raise OSError("no access")
+def _broken() -> None:
+    raise OSError("hipErrorNoDevice: no access")
 
-    report = doctor.collect({"versions": lambda: None, "split": broken, "resolution": broken})
-    assert report["exit_code"] == 2
-    assert report["check_errors"] == {
-        "split": "OSError: no access",
-        "resolution": "OSError: no access",
+
+def _passing_fresh_process_checks() -> dict:
+    """The two checks that start fresh processes, answered as on a healthy install (so that a
+    simulated failure of one in-process check is all that differs)."""
+    resolution = doctor.Resolution(policy.BACKEND_QUALNAME, "b", True, None, True, {})
+    forward = doctor.Forward("c", "cpu", "k", False, True, "ok", [], 1, 1)
+    return {"resolution": lambda: resolution, "forward": lambda: forward}
+
+
+@pytest.mark.parametrize("check", [*doctor.IN_PROCESS, *doctor.FRESH_PROCESS])
+def test_every_check_that_cannot_run_gives_exit_code_2_and_is_named(check, monkeypatch):
+    """Whichever check fails (a HIP error from the GPU query, say), the doctor exits 2, names it,
+    and still reports what the other checks found."""
+    monkeypatch.setenv("VLLM_ROCM_AITER_PLUGIN", "garbage")  # found by the variables check
+    overridden = doctor.Resolution("other.Backend", "b", False, "other.Backend", True, {})
+    checks = {**_passing_fresh_process_checks(), "resolution": lambda: overridden}
+    report = doctor.collect({**checks, check: _broken})
+    assert report.exit_code == 2
+    assert report.check_errors == {check: "OSError: hipErrorNoDevice: no access"}
+    assert report.verdict.startswith(f"doctor could not run: {check}")
+    assert getattr(report, check) in (None, [])
+    found = {
+        "variables": "VLLM_ROCM_AITER_PLUGIN='garbage' is not understood",
+        "resolution": "ROCM_AITER_FA is overridden by other.Backend",
     }
-    assert report["verdict"] == "doctor could not run: resolution, split"
+    for source, problem in found.items():
+        if source != check:  # what the checks that did run found is still reported
+            assert any(problem in p for p in report.problems), (source, report.problems)
 
 
 def test_vllm_plugins_entries_are_not_stripped(tmp_path):
     """vLLM splits VLLM_PLUGINS at commas without stripping: with a blank before the name it
     loads stock, and the doctor says so and why."""
     code, report = _doctor({"VLLM_PLUGINS": "foo, vllm_rocm_aiter_plugin"})
-    assert report["plugins"]["allowed_by_VLLM_PLUGINS"] is False
+    variable = next(v for v in report["variables"] if v["name"] == "VLLM_PLUGINS")
+    assert variable["value"] == "foo, vllm_rocm_aiter_plugin"
+    assert variable["meaning"] == "vLLM does not load the plugin"
     assert report["resolution"]["resolves_to_plugin"] is False
     assert any(
         "VLLM_PLUGINS='foo, vllm_rocm_aiter_plugin' excludes" in p for p in report["problems"]
     )
-    harmed = vllm_releases.installed_drops_context_in_v2_order()
+    harmed = vllm_releases.installed_is_affected() or (
+        vllm_releases.installed_drops_context_in_v2_order()
+    )
     assert code == report["exit_code"] == (1 if harmed else 0)
 
 
@@ -149,9 +174,7 @@ class _AttributeSplitBuilder(PluginAiterFlashAttentionMetadataBuilder):
     """The plugin's builder on a (hypothetical) vLLM whose build() calls the split as an
     attribute: the split cannot be rebound, so vLLM's stock split runs."""
 
-    vllm_build = staticmethod(
-        builder_module.build_with_plugin_split(_build_calling_split_as_attribute)
-    )
+    vllm_build = staticmethod(_build_calling_split_as_attribute)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -169,28 +192,38 @@ def test_verdict_comes_from_building_batches_not_from_resolution():
         "builder": "tests._AttributeSplitBuilder",
         "behaviour": behaviour,
     }
-    report = doctor.collect({"resolution": lambda: doctor.resolution_report(resolved)})
-    assert report["resolution"]["resolves_to_plugin"] is True
+    forward = _passing_fresh_process_checks()["forward"]
+    report = doctor.collect(
+        {"resolution": lambda: doctor.resolution_report(resolved), "forward": forward}
+    )
+    assert report.resolution.resolves_to_plugin is True
     harmed = vllm_releases.installed_is_affected() or (
         vllm_releases.installed_drops_context_in_v2_order()
     )
     if harmed:
-        assert report["exit_code"] == 1
-        assert report["verdict"].startswith("fix NOT working")
-        assert any("does not build right" in p for p in report["problems"])
+        assert report.exit_code == 1
+        assert report.verdict.startswith("fix NOT working")
+        assert any("does not build right" in p for p in report.problems)
     else:
-        assert report["exit_code"] == 0
+        assert report.exit_code == 0
+
+
+def test_verdict_comes_from_the_attention_output_too():
+    """Builder checks pass, but the registered backend's output on the forward step is wrong:
+    NOT working, and the problem says where."""
+    checks = _passing_fresh_process_checks()
+    wrong = doctor.Forward("doctor-step", "cpu", "k", True, False, "3 requests off", ["a"], 2, 2)
+    report = doctor.collect({**checks, "forward": lambda: wrong})
+    assert report.exit_code == 1 and report.verdict.startswith("fix NOT working")
+    assert any("attention output on the doctor-step step is wrong" in p for p in report.problems)
 
 
 @pytest.mark.parametrize("redirect", [">&-", ">/dev/full"], ids=["closed", "full"])
 def test_unwritable_stdout_exits_2_with_one_line(redirect):
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN")
-    }
     proc = subprocess.run(
         f"{sys.executable} -m vllm_rocm_aiter_plugin doctor --json {redirect}",
-        shell=True, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-        stdin=subprocess.DEVNULL,
+        shell=True, cwd=REPO_ROOT, env=scrubbed_env(), capture_output=True, text=True,
+        timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     ours = [line for line in proc.stderr.splitlines() if line.startswith("vllm-rocm-aiter-plugin:")]
@@ -198,10 +231,12 @@ def test_unwritable_stdout_exits_2_with_one_line(redirect):
     assert "Traceback" not in proc.stderr
 
 
-def test_help_lists_doctor_json_and_exit_codes():
+def test_help_lists_each_command_once_and_the_exit_codes():
     proc = _cli("--help")
     assert proc.returncode == 0
-    assert "doctor --json" in proc.stdout and "exit codes:" in proc.stdout
+    for command in ("demo", "doctor"):
+        assert len(re.findall(rf"^\s+{command}\s", proc.stdout, re.M)) == 1, proc.stdout
+    assert "--json" in proc.stdout and "exit codes:" in proc.stdout
     for code in ("0", "1", "2"):
         assert f"\n  {code}  " in proc.stdout
 
@@ -218,3 +253,51 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "vllm_rocm_aiter_plugin", *args],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "value, meaning",
+    [
+        ("bogus", "unknown name: automatic selection"),
+        ("XFORMERS", "legacy name with no ROCm backend: automatic selection"),
+        ("ROCM_FLASH", "legacy name for ROCM_ATTN"),
+    ],
+)
+def test_doctor_says_what_vllm_attention_backend_selects(value, meaning):
+    code, report = _doctor({"VLLM_ATTENTION_BACKEND": value})
+    variable = next(v for v in report["variables"] if v["name"] == "VLLM_ATTENTION_BACKEND")
+    assert variable["value"] == value and variable["meaning"].startswith(meaning)
+    problem = variable["problem"]
+    assert (problem is not None) is (value != "ROCM_FLASH")
+    if problem:
+        assert problem in report["problems"]
+    assert code == report["exit_code"]
+
+
+def test_entry_points_come_from_the_installed_distribution_not_a_stale_egg_info(
+    tmp_path, monkeypatch
+):
+    """A checkout's leftover ``*.egg-info`` (on sys.path as the current directory) claims other
+    entry points; the doctor reads the distribution pip installed."""
+    stale = tmp_path / "vllm_rocm_aiter_plugin.egg-info"
+    stale.mkdir()
+    (stale / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm-rocm-aiter-plugin\n")
+    (stale / "entry_points.txt").write_text("[console_scripts]\nstale = stale:main\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins = doctor.check_plugins()
+    assert plugins.general_entry_point and plugins.platform_entry_point
+    assert not plugins.distribution.startswith(str(tmp_path))
+
+
+def test_the_cli_without_vllm_or_torch_exits_2_with_one_line(tmp_path):
+    """Run from the source tree by a Python that has neither vLLM nor torch (no site-packages)."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", "vllm_rocm_aiter_plugin", "doctor"],
+        cwd=REPO_ROOT, env={"PYTHONPATH": REPO_ROOT, "PATH": os.environ["PATH"]},
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("vllm-rocm-aiter-plugin: torch and vllm not installed in this Python")

@@ -1,4 +1,6 @@
-"""VLLM_ATTENTION_BACKEND onto a real VllmConfig, as the plugin's ROCm platform applies it."""
+"""VLLM_ATTENTION_BACKEND onto a real VllmConfig, through the functions the plugin's ROCm platform
+calls (``check_and_update_config`` and ``get_attn_backend_cls``): it selects what it names, legacy
+names select what they meant, and no value ever stops a start."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.env_backend import (
     ENV_VAR,
+    LEGACY_NAMES,
     apply_env_attention_backend,
-    parse_backend_name,
+    resolve,
+    select_attention_backend,
 )
 
 pytestmark = pytest.mark.cpu
@@ -23,6 +27,14 @@ def config(tiny_model_dir):
     return samples.tiny_vllm_config(tiny_model_dir)
 
 
+def _warnings(caplog_vllm) -> list[str]:
+    return list(
+        {
+            id(r): r.getMessage() for r in caplog_vllm.records if r.levelno == logging.WARNING
+        }.values()
+    )
+
+
 def test_selects_the_named_backend_when_no_flag_was_given(config):
     assert config.attention_config.backend is None
     selected = apply_env_attention_backend(config, {ENV_VAR: "ROCM_AITER_FA"})
@@ -30,18 +42,36 @@ def test_selects_the_named_backend_when_no_flag_was_given(config):
     assert config.attention_config.backend is AttentionBackendEnum.ROCM_AITER_FA
 
 
-@pytest.mark.parametrize("name", [m.name for m in AttentionBackendEnum])
-def test_every_backend_vllm_knows_is_accepted(name):
-    assert parse_backend_name(name) is AttentionBackendEnum[name]
-    assert parse_backend_name(f" {name.lower()} ") is AttentionBackendEnum[name]
+@pytest.mark.parametrize("name", list(AttentionBackendEnum.__members__))
+def test_every_backend_this_vllm_knows_is_accepted(name):
+    assert resolve(name).value is AttentionBackendEnum[name]
+    assert resolve(f" {name.lower()} ").value is AttentionBackendEnum[name]
+    assert resolve(name).problem is None
 
 
-def test_unknown_name_is_rejected_with_the_valid_ones():
-    with pytest.raises(ValueError) as info:
-        parse_backend_name("ROCM_AITER_FAST")
-    message = str(info.value)
-    assert "VLLM_ATTENTION_BACKEND='ROCM_AITER_FAST' is not an attention backend" in message
-    assert "ROCM_AITER_FA" in message and "FLASH_ATTN" in message
+@pytest.mark.parametrize("legacy", sorted(LEGACY_NAMES))
+def test_legacy_names_start_cleanly(config, caplog_vllm, legacy):
+    """Names launch scripts still carry: the backend they meant where this release has one on
+    ROCm, else one WARNING naming the valid names and automatic selection. Never an exception."""
+    selected = apply_env_attention_backend(config, {ENV_VAR: legacy})
+    target = LEGACY_NAMES[legacy]
+    if target is not None and target in AttentionBackendEnum.__members__:
+        assert selected is AttentionBackendEnum[target]
+        assert config.attention_config.backend is selected
+        assert _warnings(caplog_vllm) == []
+    else:
+        assert selected is None and config.attention_config.backend is None
+        (warning,) = _warnings(caplog_vllm)
+        assert f"{ENV_VAR}={legacy!r}" in warning and "ROCM_AITER_FA" in warning
+
+
+@pytest.mark.parametrize("value", ["ROCM_AITER_FAST", "bogus", "flash-attn"])
+def test_unknown_names_warn_once_and_keep_automatic_selection(config, caplog_vllm, value):
+    assert apply_env_attention_backend(config, {ENV_VAR: value}) is None
+    assert config.attention_config.backend is None
+    (warning,) = _warnings(caplog_vllm)
+    assert f"{ENV_VAR}={value!r} is not an attention backend" in warning
+    assert "Valid names: " in warning and "ROCM_AITER_FA" in warning
 
 
 @pytest.mark.parametrize("value", ["auto", "AUTO", ""])
@@ -57,21 +87,48 @@ def test_unset_changes_nothing(config):
 
 def test_command_line_wins_and_a_warning_says_so(config, caplog_vllm):
     config.attention_config.backend = AttentionBackendEnum.TRITON_ATTN  # --attention-backend
-    selected = apply_env_attention_backend(config, {ENV_VAR: "ROCM_AITER_FA"})
-    assert selected is AttentionBackendEnum.TRITON_ATTN
+    assert apply_env_attention_backend(config, {ENV_VAR: "ROCM_AITER_FA"}) is None
     assert config.attention_config.backend is AttentionBackendEnum.TRITON_ATTN
-    warnings = {id(r): r for r in caplog_vllm.records if r.levelno == logging.WARNING}
-    assert len(warnings) == 1
-    assert (
-        "--attention-backend TRITON_ATTN was also given and wins"
-        in next(iter(warnings.values())).getMessage()
-    )
+    (warning,) = _warnings(caplog_vllm)
+    assert "--attention-backend TRITON_ATTN was also given and wins" in warning
 
 
 def test_agreeing_flag_and_variable_do_not_warn(config, caplog_vllm):
     config.attention_config.backend = AttentionBackendEnum.ROCM_AITER_FA
-    assert (
-        apply_env_attention_backend(config, {ENV_VAR: "rocm_aiter_fa"})
-        is AttentionBackendEnum.ROCM_AITER_FA
-    )
+    assert apply_env_attention_backend(config, {ENV_VAR: "rocm_aiter_fa"}) is None
     assert not [r for r in caplog_vllm.records if r.levelno >= logging.WARNING]
+
+
+def _rejecting_select(valid: set):
+    """vLLM's get_attn_backend_cls contract: the selected backend's path, ValueError when it is
+    not valid for the model, the automatic choice for None."""
+
+    def select(selected, *args, **kwargs):
+        if selected is None:
+            return "auto-selected"
+        if selected not in valid:
+            raise ValueError(f"Selected backend {selected} is not valid for this configuration.")
+        return selected.get_path()
+
+    return select
+
+
+def test_a_backend_vllm_rejects_falls_back_to_automatic_selection(caplog_vllm):
+    rejected = AttentionBackendEnum.FLASH_ATTN
+    select = _rejecting_select(valid=set())
+    assert select_attention_backend(select, rejected, rejected, "config") == "auto-selected"
+    (warning,) = _warnings(caplog_vllm)
+    assert f"{ENV_VAR}=FLASH_ATTN is not valid for this model" in warning
+
+
+def test_a_command_line_backend_vllm_rejects_still_fails():
+    """Only what the variable selected falls back: --attention-backend keeps vLLM's error."""
+    select = _rejecting_select(valid=set())
+    with pytest.raises(ValueError, match="is not valid"):
+        select_attention_backend(select, AttentionBackendEnum.FLASH_ATTN, None, "config")
+
+
+def test_a_valid_backend_is_selected_as_named():
+    backend = AttentionBackendEnum.ROCM_AITER_FA
+    select = _rejecting_select(valid={backend})
+    assert select_attention_backend(select, backend, backend) == backend.get_path()

@@ -35,8 +35,8 @@ def imported_modules(path: pathlib.Path) -> set[str]:
 
 def test_runtime_modules_are_the_ones_vllm_loads():
     assert {p.stem for p in RUNTIME} == {
-        "__init__", "_version", "policy", "split", "builder", "own_build", "backend",
-        "platform", "env_backend",
+        "__init__", "_version", "envs", "releases", "policy", "split", "builder", "rebind",
+        "impl", "backend", "platform", "env_backend",
     }  # fmt: skip
 
 
@@ -52,3 +52,24 @@ def test_the_walk_finds_diagnostics_imports():
     """Control: the walk sees the diagnostics wing where it is imported (the CLI's own modules)."""
     cli = PACKAGE / "diagnostics" / "cli.py"
     assert any(n.startswith("vllm_rocm_aiter_plugin.diagnostics") for n in imported_modules(cli))
+
+
+def test_tests_outside_their_environment_say_how_to_run_them_in_one_line():
+    """A Python without vLLM (here: one that cannot import it) gets pytest's one usage line."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['vllm'] = None; import pytest; "
+        "sys.exit(pytest.main(['-p', 'no:cacheprovider', '--collect-only', '-q', 'tests']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
+        timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 4  # pytest's usage error
+    output = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert output == [
+        f"ERROR: vllm is not installed in this Python ({sys.executable}): run the tests with "
+        "`bash scripts/nox -s tests`, which builds their environments"
+    ], output

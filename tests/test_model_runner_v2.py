@@ -6,6 +6,8 @@ causally) with ``tests/oracle.py``, independently of stock vLLM, which is wrong 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -18,19 +20,20 @@ from tests import vllm_releases
 from tests.metadata_compare import assert_same_metadata
 from tests.model_runner_v2 import (
     Step,
-    StepRequest,
     attention_group,
     build_through_v2,
-    has_vllm_sort,
     v2_steps,
 )
 from tests.oracle import oracle_split, rows_attending_wrongly
-from vllm_rocm_aiter_plugin import own_build
+from vllm_rocm_aiter_plugin import builder as builder_module
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import chunk, decode, prompt
 
 pytestmark = pytest.mark.cpu
+
+WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM: the gather workspace per chunk
 
 THRESHOLDS = (1, 2, 3, 4, 5, 6, 7, 8)
 
@@ -38,11 +41,7 @@ THRESHOLDS = (1, 2, 3, 4, 5, 6, 7, 8)
 # next chunk of a long prompt with 8192 cached tokens.
 V2_EXAMPLE = Step(
     1,
-    (
-        StepRequest("continuation", 8192, 800, prompt_done=False),
-        StepRequest("decode", 900, 1),
-        StepRequest("new-prompt", 0, 50, prompt_done=False),
-    ),
+    (chunk("continuation", 8192, 800), decode("decode", 900), prompt("new-prompt", 50)),
 )
 
 
@@ -73,7 +72,7 @@ class Groups:
                 PluginAiterFlashAttentionBackend, config, layer, spec
             )
             with pytest.MonkeyPatch.context() as mp:
-                mp.setenv(own_build.FAST_BUILD_ENV, "0")
+                mp.setenv(builder_module.FAST_BUILD_ENV, "0")
                 self.groups[threshold, "vllm-build"] = attention_group(
                     PluginAiterFlashAttentionBackend, config, layer, spec
                 )
@@ -96,8 +95,6 @@ def test_v2_order_comes_from_the_installed_vllm():
     """The example's order is vLLM's: decode, new prompt, continuation (query length rules)."""
     ordered = [r.req_id for r in V2_EXAMPLE.v2_ordered()]
     assert ordered == ["decode", "new-prompt", "continuation"]
-    if vllm_releases.release() == "0.33.0":
-        assert has_vllm_sort()
 
 
 def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
@@ -138,15 +135,51 @@ def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: Step):
     assert rows_attending_wrongly(meta, query, seq) == []
 
 
+def _without_chunks(meta: AiterFlashAttentionMetadata) -> AiterFlashAttentionMetadata:
+    if meta.extend_metadata is None:
+        return meta
+    extend = dataclasses.replace(meta.extend_metadata, chunk_context_metadata=None)
+    return dataclasses.replace(meta, extend_metadata=extend)
+
+
 @examples(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
-def test_own_build_path_equals_vllm_build_on_v2_ordered_steps(groups, step: Step):
-    """The plugin's own build path against vLLM's own build() code with the same split, field by
-    field, on V2-ordered steps (extend regions holding rows without context)."""
+def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(groups, step: Step):
+    """The plugin's own build body against vLLM's own build() code with the same split, field by
+    field, on V2-ordered steps (extend regions holding rows without context). Only the context
+    chunks differ: vLLM divides the workspace among all extend rows, the own body among those
+    that are not context-free prompts; its chunks stay within the workspace and are never more."""
     cam = step.batch(step.v2_ordered())
-    assert_same_metadata(
-        groups.build(step.threshold, "plugin", cam),
-        groups.build(step.threshold, "vllm-build", cam),
+    own = groups.build(step.threshold, "plugin", cam)
+    vllm = groups.build(step.threshold, "vllm-build", cam)
+    assert_same_metadata(_without_chunks(own), _without_chunks(vllm))
+    if own.extend_metadata is not None:
+        own_chunks = own.extend_metadata.chunk_context_metadata
+        vllm_chunks = vllm.extend_metadata.chunk_context_metadata
+        assert max(own_chunks.total_token_per_batch) <= WORKSPACE_TOKENS
+        assert 1 <= own_chunks.num_chunks <= vllm_chunks.num_chunks
+
+
+@examples(300)
+@given(step=v2_steps(thresholds=(1, 2, 4, 8), max_context=40000))
+def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(groups, step: Step):
+    """The same requests (no padding rows: ROCM_AITER_FA pads only uniform decode batches) laid out
+    by model-runner V2 and by the V1 reorder: the plugin's V2 step needs no more context chunks
+    than stock's V1 step, within the workspace."""
+    step = dataclasses.replace(step, num_padded_reqs=0)
+    plugin = groups.build(step.threshold, "plugin", step.batch(step.v2_ordered()))
+    stock = groups.build(step.threshold, "stock", step.batch(step.v1_ordered()))
+    assert _num_chunks(plugin) <= _num_chunks(stock)
+    if plugin.extend_metadata is not None:
+        chunks = plugin.extend_metadata.chunk_context_metadata
+        assert max(chunks.total_token_per_batch) <= WORKSPACE_TOKENS
+
+
+def _num_chunks(meta: AiterFlashAttentionMetadata) -> int:
+    return (
+        0
+        if meta.extend_metadata is None
+        else meta.extend_metadata.chunk_context_metadata.num_chunks
     )
 
 

@@ -119,14 +119,19 @@ def test_matches_oracle_on_reordered_batches(spec: BatchSpec):
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=mixed_batches(max_rows_per_region=30), with_upper_bound=st.booleans())
-def test_small_batch_and_numpy_paths_agree_with_oracle(spec: BatchSpec, with_upper_bound: bool):
-    """Both mixed-batch implementations (Python ints up to SMALL_BATCH requests, numpy beyond) on
-    every batch, whatever its size."""
-    batch = _batch(spec, with_upper_bound=with_upper_bound)
-    expected = _oracle(spec)
-    assert split_module._split_small(batch, spec.threshold) == expected
-    assert split_module._split_mixed(batch, spec.threshold) == expected
+@given(spec=mixed_batches(max_rows_per_region=30), slack=st.integers(1, 5))
+def test_an_overstated_upper_bound_moves_no_row(spec: BatchSpec, slack: int):
+    """The regions come from the exact sequence lengths: an upper bound that overstates every row,
+    rows without context included, changes nothing, so an extend region never lacks a row with
+    context (which would give vLLM's extend path zero context chunks and crash it)."""
+    batch = _batch(spec)
+    if samples.has_seq_lens_upper_bound_field():
+        batch = batch.replace(seq_lens_cpu_upper_bound=batch.seq_lens + slack)
+    split = split_module.split_batch(batch, spec.threshold)
+    assert split.counts == _oracle(spec)
+    extend_rows = range(split.num_decodes, split.num_decodes + split.num_extends)
+    if split.num_extends:
+        assert any(spec.seq_lens[r] > spec.query_lens[r] for r in extend_rows)
 
 
 @needs_upper_bound_field
@@ -143,19 +148,6 @@ def test_matches_installed_vllm_split_when_upper_bound_present(spec: BatchSpec):
 def test_mixed_batch_without_upper_bound_uses_exact_seq_lens(spec: BatchSpec):
     batch = _batch(spec, with_upper_bound=False)
     assert plugin_split(batch, decode_threshold=spec.threshold) == _oracle(spec)
-
-
-def test_missing_upper_bound_warns_once(caplog_vllm):
-    from vllm_rocm_aiter_plugin import split as split_module
-
-    split_module._warned_missing_upper_bound = False
-    batch = samples.make_batch([1, 5], [9, 5], with_upper_bound=False)
-    for _ in range(3):
-        assert plugin_split(batch) == (1, 0, 1, 1, 0, 5)
-    warnings = {
-        id(r): r for r in caplog_vllm.records if "seq_lens_cpu_upper_bound" in r.getMessage()
-    }
-    assert [r.levelname for r in warnings.values()] == ["WARNING"]
 
 
 def test_no_row_above_threshold_is_all_decode():
@@ -226,8 +218,7 @@ def test_threshold_below_one():
         plugin_split(samples.make_batch([1], [5]), decode_threshold=0)
 
 
-# Each malformed case runs on a small batch (the Python-int path) and behind 100 decode rows (the
-# numpy path, for batches over split.SMALL_BATCH requests); rows in messages shift accordingly.
+# Each malformed case runs on a small batch and behind 100 decode rows; rows in messages shift.
 LEAD = pytest.mark.parametrize("lead", [0, 100], ids=["small-batch", "large-batch"])
 
 
@@ -241,7 +232,9 @@ def test_query_start_loc_wrong_length(lead):
     batch = batch.replace(query_start_loc_cpu=batch.query_start_loc_cpu[:-1])
     n = lead + 2
     with pytest.raises(
-        ValueError, match=rf"query_start_loc_cpu has {n} entries, expected num_reqs \+ 1 = {n + 1}"
+        ValueError,
+        match=rf"query_start_loc_cpu must be 1-D with num_reqs \+ 1 = {n + 1} entries, "
+        rf"got shape \({n},\)",
     ):
         plugin_split(batch)
 
@@ -305,25 +298,30 @@ def test_num_actual_tokens_below_last_offset(lead):
 
 
 @LEAD
-@pytest.mark.parametrize("field", ["query_start_loc_cpu", "seq_lens_cpu_upper_bound", "seq_lens"])
+@pytest.mark.parametrize("field", ["query_start_loc_cpu", "seq_lens"])
 def test_tensors_of_the_wrong_rank(lead, field):
-    with_upper_bound = field != "seq_lens"
-    if with_upper_bound and not samples.has_seq_lens_upper_bound_field():
-        pytest.skip("this vLLM's CommonAttentionMetadata has no seq_lens_cpu_upper_bound field")
-    batch = _lead(lead, [1, 5, 6], [9, 20, 6], with_upper_bound=with_upper_bound)
+    batch = _lead(lead, [1, 5, 6], [9, 20, 6])
     batch = batch.replace(**{field: getattr(batch, field)[None]})
-    name = "query_start_loc_cpu" if field == "query_start_loc_cpu" else "seq_lens"
-    with pytest.raises(ValueError, match=rf"{name} must be 1-D, got shape \(1, \d+\)"):
+    with pytest.raises(ValueError, match=rf"{field} must be 1-D with .* got shape \(1, \d+\)"):
         plugin_split(batch)
+
+
+@LEAD
+@needs_upper_bound_field
+def test_the_upper_bound_is_never_read(lead):
+    """Stock reads seq_lens_cpu_upper_bound; the plugin reads the exact lengths, so even an upper
+    bound of the wrong rank changes nothing."""
+    batch = _lead(lead, [1, 5, 6], [9, 20, 6])
+    batch = batch.replace(seq_lens_cpu_upper_bound=batch.seq_lens_cpu_upper_bound[None])
+    assert plugin_split(batch) == oracle_split([1] * lead + [1, 5, 6], [10] * lead + [9, 20, 6],
+                                               lead + 12, 1)  # fmt: skip
 
 
 @pytest.mark.parametrize("threshold", [2**31 - 1, 2**31, 2**63, 10**30])
 @pytest.mark.parametrize("lead", [0, 100], ids=["small-batch", "large-batch"])
-def test_huge_thresholds_give_all_decodes_on_both_paths(lead, threshold):
+def test_huge_thresholds_give_all_decodes(lead, threshold):
     batch = _lead(lead, [1, 5, 6], [9, 20, 6], max_query_len=10**31)
-    expected = (lead + 3, 0, 0, lead + 12, 0, 0)
-    assert split_module._split_small(batch, threshold) == expected
-    assert split_module._split_mixed(batch, threshold) == expected
+    assert plugin_split(batch, threshold) == (lead + 3, 0, 0, lead + 12, 0, 0)
 
 
 def _oracle_error(query_lens: list[int], seq_lens: list[int], num_tokens: int) -> str | None:
@@ -358,9 +356,9 @@ def arbitrary_batches(draw: st.DrawFn) -> tuple[int, list[int], list[int], int]:
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=arbitrary_batches())
-def test_both_paths_give_the_oracle_counts_or_its_first_error(case):
-    """Valid or not, in any order: the Python-int and numpy paths agree with the oracle, on
-    counts for well-formed batches and on the first problem for the rest."""
+def test_the_oracle_counts_or_its_first_error(case):
+    """Valid or not, in any order: the split agrees with the oracle, on counts for well-formed
+    batches and on the first problem for the rest."""
     threshold, query_lens, seq_lens, num_tokens = case
     offsets = [0]
     for q in query_lens:
@@ -376,33 +374,31 @@ def test_both_paths_give_the_oracle_counts_or_its_first_error(case):
         **fields,
     )
     error = _oracle_error(query_lens, seq_lens, num_tokens)
-    if error is None and not any(q > threshold for q in query_lens):
+    if max(query_lens) <= threshold:  # max_query_len says pure decode: nothing is read
+        expected, error = (len(query_lens), 0, 0, num_tokens, 0, 0), None
+    elif error is None and not any(q > threshold for q in query_lens):
         expected = (len(query_lens), 0, 0, num_tokens, 0, 0)
     elif error is None:
         expected = oracle_split(query_lens, seq_lens, num_tokens, threshold)
     elif error.startswith("seq_lens") and not any(q > threshold for q in query_lens):
         expected, error = (len(query_lens), 0, 0, num_tokens, 0, 0), None  # lengths never read
-    for path in (split_module._split_small, split_module._split_mixed):
-        if error is None:
-            assert path(batch, threshold) == expected, path.__name__
-        else:
-            with pytest.raises(ValueError, match=re.escape(error)):
-                path(batch, threshold)
+    if error is None:
+        assert plugin_split(batch, threshold) == expected
+    else:
+        with pytest.raises(ValueError, match=re.escape(error)):
+            plugin_split(batch, threshold)
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(step=v2_steps(max_requests=40))
-def test_v2_ordered_steps_match_the_oracle_on_both_paths(step: Step):
-    """Steps in model-runner V2 order (the installed vLLM's sort): both split paths give the
-    oracle's regions, which never put a row with context in the prefill region."""
+def test_v2_ordered_steps_match_the_oracle(step: Step):
+    """Steps in model-runner V2 order (the installed vLLM's sort): the oracle's regions, which
+    never put a row with context in the prefill region."""
     ordered = step.v2_ordered()
     query, seq = step.lens(ordered)
     batch = step.batch(ordered)
     expected = oracle_split(query, seq, batch.num_actual_tokens, step.threshold)
     assert plugin_split(batch, decode_threshold=step.threshold) == expected
-    if max(query) > step.threshold:
-        assert split_module._split_small(batch, step.threshold) == expected
-        assert split_module._split_mixed(batch, step.threshold) == expected
     first_prefill = expected[0] + expected[1]
     assert all(s == q for q, s in zip(query[first_prefill:], seq[first_prefill:], strict=True))
 

@@ -1,14 +1,12 @@
-"""Facts about vLLM releases that the tests check against, written independently of the plugin."""
+"""Facts about the installed vLLM that the tests check against: inside the tested range from the
+one source (``vllm_rocm_aiter_plugin/releases.py``, read off the wheels), elsewhere by running
+vLLM's own code, since no list knows that release."""
 
 from __future__ import annotations
 
 import vllm
 
-# Releases whose split asserts seq_lens_cpu_upper_bound before the pure-decode return
-# (read off the PyPI wheels; fixed in 0.24.0 by PR #44936).
-AFFECTED_RELEASES = frozenset(
-    {"0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0"}
-)
+from vllm_rocm_aiter_plugin import releases
 
 
 def release() -> str:
@@ -16,7 +14,7 @@ def release() -> str:
     return vllm.__version__.split("+")[0].split(".dev")[0]
 
 
-TABLE = ("0.20.0", "0.33.0")  # the releases the facts above were read from, inclusive
+TABLE = (releases.OLDEST, releases.NEWEST)  # the releases the facts were read from, inclusive
 
 
 def installed_is_affected() -> bool:
@@ -27,7 +25,7 @@ def installed_is_affected() -> bool:
 
     low, high = (Version(v) for v in TABLE)
     if low <= Version(release()) <= high:
-        return release() in AFFECTED_RELEASES
+        return release() in releases.EAGLE_CRASH
     return _stock_split_raises_on_eagle_decode()
 
 
@@ -55,7 +53,7 @@ def _stock_split(
     query_lens: list[int], seq_lens: list[int], threshold: int, with_upper_bound: bool
 ) -> tuple:
     """The installed vLLM's own split on a batch built straight from ``CommonAttentionMetadata``
-    (host tensors; the upper bound set only where this vLLM has that field, from 0.20.0)."""
+    (host tensors; the upper bound set only where this vLLM has that field)."""
     import dataclasses
     import itertools
 

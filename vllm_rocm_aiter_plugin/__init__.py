@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 
-from vllm_rocm_aiter_plugin import policy
+from vllm_rocm_aiter_plugin import envs, policy
 from vllm_rocm_aiter_plugin._version import __version__
 from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
 
@@ -51,9 +51,11 @@ def _register() -> None:
     from vllm import __version__ as vllm_version
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    switch, problem = policy.parse_switch(os.environ.get(policy.SWITCH_ENV))
-    if problem:
-        _log(logging.WARNING, "%s", problem)
+    for name in (envs.SWITCH, envs.FAST_BUILD):  # what the plugin cannot act on as asked
+        problem = envs.read(name).problem
+        if problem:
+            _log(logging.WARNING, "%s", problem)
+    switch = envs.read(envs.SWITCH).value
     backend = AttentionBackendEnum.ROCM_AITER_FA
     decision = policy.decide_registration(vllm_version, switch, backend.get_path(), backend.value)
     if decision.activate and backend.get_path() != policy.BACKEND_QUALNAME:
@@ -64,10 +66,10 @@ def _register() -> None:
 def platform_plugin() -> str | None:
     """``vllm.platform_plugins`` entry point: the plugin platform's qualname on ROCm, else None."""
     try:
-        switch, _ = policy.parse_switch(os.environ.get(policy.SWITCH_ENV))
-        if switch is policy.Switch.OFF or not os.path.exists(_KFD_DEVICE):
+        switch = envs.read(envs.SWITCH).value
+        if switch is envs.Switch.OFF or not os.path.exists(_KFD_DEVICE):
             return None
-        decision = policy.decide_platform(switch, _rocm_gpu_present(), _other_platform_plugins())
+        decision = policy.decide_platform(switch, _rocm_gpu_present(), other_platform_plugins())
         _log_platform_decision_once(decision)
         return policy.PLATFORM_QUALNAME if decision.activate else None
     except Exception as exc:
@@ -88,16 +90,16 @@ def _rocm_gpu_present() -> bool:
     return rocm_platform_plugin() is not None
 
 
-def _other_platform_plugins() -> list[str]:
+def other_platform_plugins() -> list[str]:
     """Other out-of-tree platform plugins that vLLM would load (installed and allowed)."""
     from importlib.metadata import entry_points
 
-    allowlist = policy.parse_vllm_plugins(os.environ.get("VLLM_PLUGINS"))
-    return [
+    allowlist = envs.read(envs.VLLM_PLUGINS).value
+    return sorted(
         ep.name
         for ep in entry_points(group="vllm.platform_plugins")
         if ep.name != policy.PLUGIN_NAME and policy.plugin_allowed(allowlist, ep.name)
-    ]
+    )
 
 
 def _log_platform_decision_once(decision: policy.Decision) -> None:
@@ -110,6 +112,7 @@ def _log_platform_decision_once(decision: policy.Decision) -> None:
 
 
 def _log(level: int, message: str, *args: object) -> None:
+    logger: logging.Logger
     try:
         from vllm.logger import init_logger
 

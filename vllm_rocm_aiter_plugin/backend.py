@@ -1,19 +1,24 @@
-"""The ROCM_AITER_FA backend the plugin registers: vLLM's backend with the plugin's builder
-(``docs/deviations.md``, entry 9)."""
+"""The ROCM_AITER_FA backend the plugin registers: vLLM's backend with the plugin's builder and impl
+(``docs/deviations.md``, "backend: registration")."""
 
 from __future__ import annotations
 
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
 
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
+from vllm_rocm_aiter_plugin.impl import PluginAiterFlashAttentionImpl
 
 
 class PluginAiterFlashAttentionBackend(AiterFlashAttentionBackend):
-    """vLLM's ``AiterFlashAttentionBackend`` whose metadata builder uses the plugin's split.
+    """vLLM's ``AiterFlashAttentionBackend`` with the plugin's metadata builder and impl.
 
-    Everything else (name, kernels, impl, KV-cache layout, supported shapes) is vLLM's.
+    Everything else (name, kernels, KV-cache layout, supported shapes) is vLLM's.
     """
 
     @staticmethod
     def get_builder_cls() -> type[PluginAiterFlashAttentionMetadataBuilder]:
         return PluginAiterFlashAttentionMetadataBuilder
+
+    @staticmethod
+    def get_impl_cls() -> type[PluginAiterFlashAttentionImpl]:
+        return PluginAiterFlashAttentionImpl

@@ -1,91 +1,159 @@
-"""The ROCM_AITER_FA metadata builder with the plugin's split.
+"""The ROCM_AITER_FA metadata builder the plugin registers: vLLM's builder with the plugin's split.
 
 ``PluginAiterFlashAttentionMetadataBuilder.build`` runs one of two bodies:
-- on a vLLM whose ``build()`` source the plugin verified (:mod:`.own_build`), its own faster build
-  code, which produces the metadata vLLM's ``build()`` would with the same split;
-- everywhere else, the installed vLLM's own ``AiterFlashAttentionMetadataBuilder.build`` (same code
-  object, so every upstream change to the body applies), evaluated in a private copy of its module
-  namespace in which the single global name ``split_decodes_prefills_and_extends`` resolves to
-  :mod:`vllm_rocm_aiter_plugin.split`. Nothing in vLLM is modified.
+- on a vLLM whose ``build()`` source the plugin verified (``VERIFIED_BUILD_FINGERPRINTS``), its own
+  body (the ``_own_*`` methods): the metadata vLLM's ``build()`` gives with the plugin's split, with
+  context chunks sized by the rows that share the workspace, computed with less host work;
+- everywhere else, and with ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0``, the installed vLLM's own
+  ``build()`` code object, run with the global name ``split_decodes_prefills_and_extends``
+  resolved to :mod:`vllm_rocm_aiter_plugin.split` (:mod:`.rebind`; nothing in vLLM is modified).
 
-Why, the upstream PRs, and when each part can go: ``docs/deviations.md``, entries 7-9.
+Which vLLM features a release has (metadata fields, builder hooks) is detected once, when the
+builder is created. Why each part exists, the upstream PRs, and when it can go:
+``docs/deviations.md`` ("builder: ..." entries), which also lists the vLLM internals read here.
 """
 
 from __future__ import annotations
 
-import dis
-import types
-from collections.abc import Callable
-from typing import Any
+import dataclasses
+import functools
+import hashlib
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
+import numpy as np
+import torch
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends import rocm_aiter_fa as aiter_fa
 from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadata,
     AiterFlashAttentionMetadataBuilder,
 )
 
-from vllm_rocm_aiter_plugin import own_build
+from vllm_rocm_aiter_plugin import envs
 from vllm_rocm_aiter_plugin import split as plugin_split
+from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+from vllm_rocm_aiter_plugin.rebind import NotRebindable, with_globals
 
 SPLIT_GLOBAL_NAME = "split_decodes_prefills_and_extends"
+FAST_BUILD_ENV = envs.FAST_BUILD
+
+VERIFIED_BUILD_FINGERPRINTS: dict[str, str] = {
+    # sha256[:16] of the dedented source of AiterFlashAttentionMetadataBuilder.build -> the
+    # releases that ship that source. Each entry is here because the differential tests passed
+    # on those releases (docs/releases.md).
+    "b3a5951077f556d2": "0.20.0-0.21.0",
+    "47315118f14dbfc4": "0.22.0-0.22.1",
+    "ab2125a990db7e9a": "0.23.0-0.25.1",
+    "f3f7a92e8dfc52bf": "0.26.0-0.28.0",
+    "b8a50bc1402ac5b5": "0.29.0",
+    "b1ce8d5f4cce7fb6": "0.30.0-0.31.0",
+    "57f58c56fc465096": "0.32.0",
+    "01dedefe29a05505": "0.33.0",
+}
 
 
-class StockBuildNotRebindable(RuntimeError):
-    """The installed vLLM's ``build()`` no longer looks up the split as a module global."""
+def build_fingerprint(build: Callable[..., Any] = AiterFlashAttentionMetadataBuilder.build) -> str:
+    """First 16 hex digits of the sha256 of the build() source (Python-version independent)."""
+    source = textwrap.dedent(inspect.getsource(build))
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def rebind_split(function: Callable[..., Any], split: Callable[..., Any]) -> Callable[..., Any]:
-    """A copy of ``function`` whose global ``split_decodes_prefills_and_extends`` is ``split``.
-
-    The copy shares ``function``'s code object, defaults and closure; only its globals differ (a
-    snapshot of the defining module's namespace with one name replaced). Raises
-    ``StockBuildNotRebindable`` if the code does not look the split up as a global.
-    """
-    code = function.__code__
-    if not _loads_global(code, SPLIT_GLOBAL_NAME) or SPLIT_GLOBAL_NAME not in function.__globals__:
-        raise StockBuildNotRebindable(
-            f"{function.__module__}.{function.__qualname__} does not call "
-            f"{SPLIT_GLOBAL_NAME} through a module global"
-        )
-    namespace = dict(function.__globals__)
-    namespace[SPLIT_GLOBAL_NAME] = split
-    rebound = types.FunctionType(
-        code, namespace, function.__name__, function.__defaults__, function.__closure__
-    )
-    rebound.__kwdefaults__ = function.__kwdefaults__
-    rebound.__qualname__ = function.__qualname__
-    rebound.__doc__ = function.__doc__
-    rebound.__annotations__ = dict(function.__annotations__)
-    rebound.__wrapped__ = function  # type: ignore[attr-defined]
-    return rebound
-
-
-def _loads_global(code: types.CodeType, name: str) -> bool:
-    """Whether ``code`` reads ``name`` as a global (``LOAD_GLOBAL``), as opposed to an attribute
-    of the same name (``module.name``), which ``co_names`` would list too."""
-    return any(
-        instruction.opname == "LOAD_GLOBAL" and instruction.argval == name
-        for instruction in dis.get_instructions(code)
-    )
-
-
-def build_with_plugin_split(build: Callable[..., Any]) -> Callable[..., Any]:
-    """vLLM's ``build`` with the plugin's split, or, when its code cannot be rebound (a future
-    vLLM), ``build`` unchanged with a WARNING: the backend stays importable and the doctor, which
-    judges the builder by building batches, reports the fix as not working."""
+@functools.cache
+def verified_release() -> str | None:
+    """The releases whose build() source the installed vLLM has, if the own body was verified on
+    it."""
     try:
-        return rebind_split(build, plugin_split.split_decodes_prefills_and_extends)
-    except StockBuildNotRebindable as exc:
+        return VERIFIED_BUILD_FINGERPRINTS.get(build_fingerprint())
+    except (OSError, TypeError):  # no source available
+        return None
+
+
+def own_build_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether builders created now may run the own body: a verified build() source and not
+    switched off (``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``, :mod:`.envs`). ``force`` runs it on an
+    unverified source too: only ``scripts/verify_release.py`` does that, to verify a release."""
+    setting = envs.read(FAST_BUILD_ENV, environ).value
+    if setting == "force":
+        return True
+    return verified_release() is not None and setting == "on"
+
+
+def _vllm_build_with_plugin_split() -> Callable[..., Any]:
+    """vLLM's ``build`` with the plugin's split; when its code cannot be rebound (a future vLLM),
+    ``build`` unchanged with a WARNING: the backend stays importable and the doctor, which judges
+    the builder by building batches, reports the fix as not working."""
+    build = AiterFlashAttentionMetadataBuilder.build
+    try:
+        return with_globals(
+            build, {SPLIT_GLOBAL_NAME: plugin_split.split_decodes_prefills_and_extends}
+        )
+    except NotRebindable as exc:
         from vllm.logger import init_logger
 
-        from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
-
         init_logger(LOGGER_NAME).warning(
-            "%s; outside the plugin's own build path ROCM_AITER_FA runs vLLM's build() "
+            "%s; outside the plugin's own build body ROCM_AITER_FA runs vLLM's build() "
             "unchanged (stock split). Run `vllm-rocm-aiter-plugin doctor`.",
             exc,
         )
         return build
+
+
+def _fields(cls: type) -> frozenset[str]:
+    return frozenset(field.name for field in dataclasses.fields(cls))
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmBuildFeatures:
+    """What the installed vLLM's metadata classes and this builder have, read once per builder."""
+
+    metadata: frozenset[str]
+    decode: frozenset[str]
+    prefill: frozenset[str]
+    extend: frozenset[str]
+    chunks: frozenset[str]
+    sliding_window: frozenset[str]
+    asm_kv_scale_tables: bool  # 0.33: build() refreshes the fp8 scale tables first
+    swa_decode_tables: bool  # 0.33: trimmed block tables for sliding-window decodes
+    split_scales: bool  # 0.33: k_scale and v_scale; before, one ``scale`` for both
+
+    @classmethod
+    def of(cls, builder: AiterFlashAttentionMetadataBuilder) -> VllmBuildFeatures:
+        return cls(
+            metadata=_fields(aiter_fa.AiterFlashAttentionMetadata),
+            decode=_fields(aiter_fa.AiterFlashAttentionDecodeMetadata),
+            prefill=_fields(aiter_fa.AiterFlashAttentionPrefillMetadata),
+            extend=_fields(aiter_fa.AiterFlashAttentionChunkPrefillMetadata),
+            chunks=_fields(aiter_fa.AiterChunkContextMetadata),
+            sliding_window=_fields(aiter_fa.AiterChunkSlidingWindowMetadata),
+            asm_kv_scale_tables=hasattr(builder, "_build_asm_kv_scale_tables"),
+            swa_decode_tables=hasattr(builder, "_build_swa_decode_tables"),
+            split_scales=hasattr(builder, "k_scale"),
+        )
+
+    @property
+    def host_seq_lens_always(self) -> bool:
+        """0.20-0.21: the metadata carries host values of every sequence length, so stock copies
+        them to the host on every build, pure decode included."""
+        return "num_actual_kv_tokens" in self.metadata
+
+
+@functools.cache
+def _pin() -> bool:
+    from vllm.utils.platform_utils import is_pin_memory_available
+
+    return is_pin_memory_available()
+
+
+def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Asynchronous host-to-device copy, staged through pinned memory where there is any."""
+    if device.type == "cpu":
+        return host
+    if _pin() and not host.is_pinned():
+        host = torch.empty(host.shape, dtype=host.dtype, pin_memory=True).copy_(host)
+    return host.to(device, non_blocking=True)
 
 
 class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
@@ -93,21 +161,27 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
 
     Returns vLLM's own ``AiterFlashAttentionMetadata`` (EAGLE checks it with ``isinstance``).
     Pure-decode batches, EAGLE's included, build without reading ``seq_lens_cpu_upper_bound`` and
-    without a device-to-host copy. See the module docstring for why and when this goes away.
-
-    On a vLLM whose ``build()`` source the plugin verified (see :mod:`.own_build`), the plugin's
-    own, faster build code produces the same metadata; everywhere else, vLLM's ``build()`` runs.
+    (from vLLM 0.22) without a device-to-host copy.
     """
 
-    vllm_build = staticmethod(build_with_plugin_split(AiterFlashAttentionMetadataBuilder.build))
-    """The installed vLLM's ``build()`` code with the plugin's split (off the own build path)."""
+    vllm_build = staticmethod(_vllm_build_with_plugin_split())
+    """The installed vLLM's ``build()`` code with the plugin's split (off the own body)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Decided once per builder (vLLM builds one per attention group at startup): the kill
-        # switch and the builder's own state do not change afterwards, and reading the
-        # environment on every build() is a measurable share of a pure-decode build.
-        self.uses_own_build = own_build.enabled() and own_build.handles(self)
+        self.vllm_features = VllmBuildFeatures.of(self)
+        # Decided once per builder (vLLM builds one per attention group at startup). The own body
+        # does not reproduce KV-sharing state (0.30 onwards), a rare configuration.
+        self.uses_own_build = (
+            own_build_enabled() and getattr(self, "kv_sharing_workspace", None) is None
+        )
+
+    @property
+    def threshold(self) -> int:
+        """The decode threshold vLLM set on this builder (1 + speculative tokens)."""
+        threshold = self.reorder_batch_threshold
+        assert threshold is not None  # as stock's build() asserts
+        return threshold
 
     def build(
         self,
@@ -115,6 +189,249 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         common_attn_metadata: CommonAttentionMetadata,
         fast_build: bool = False,
     ) -> AiterFlashAttentionMetadata:
-        if self.uses_own_build and own_build.handles_kv_layout():
-            return own_build.build(self, common_prefix_len, common_attn_metadata)
+        # The fp8 shuffle KV-cache layout is a process-wide vLLM setting; stock's build() reads it
+        # on every build too, and keeps extra scale state for it that the own body does not.
+        if self.uses_own_build and not aiter_fa.rocm_aiter_ops.is_shuffle_kv_cache_enabled():
+            return self._own_build(common_prefix_len, common_attn_metadata)
         return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
+
+    # The own body. Each method mirrors the part of vLLM's build() it names; values a release's
+    # metadata does not declare are neither computed nor passed.
+
+    def _own_build(
+        self, common_prefix_len: int, cam: CommonAttentionMetadata
+    ) -> AiterFlashAttentionMetadata:
+        features = self.vllm_features
+        if features.asm_kv_scale_tables:
+            self._build_asm_kv_scale_tables()
+        split = plugin_split.split_batch(cam, self.threshold)
+        seq_lens = split.seq_lens
+        if seq_lens is None and (
+            features.host_seq_lens_always or split.num_extends or split.num_prefills
+        ):
+            seq_lens = plugin_split.exact_host_seq_lens(cam)
+        if split.query_lens is not None:
+            query_lens = split.query_lens
+        else:  # pure decode: the offsets are read only here, never before the split
+            qsl = cam.query_start_loc_cpu.numpy()
+            query_lens = qsl[1:] - qsl[:-1]
+
+        num_decodes, num_extends, num_prefills = (
+            split.num_decodes,
+            split.num_extends,
+            split.num_prefills,
+        )
+        decode = None
+        if num_decodes:
+            decode = self._own_decode_metadata(cam, split, query_lens, seq_lens)
+        prefill = None
+        if num_prefills:
+            assert seq_lens is not None
+            rows = slice(num_decodes + num_extends, None)
+            prefill = self._own_region_metadata(
+                aiter_fa.AiterFlashAttentionPrefillMetadata,
+                features.prefill,
+                cam.query_start_loc[num_decodes + num_extends :],
+                query_lens[rows],
+                seq_lens[rows],
+            )
+        extend = None
+        if num_extends:
+            assert seq_lens is not None
+            extend = self._own_extend_metadata(cam, split, query_lens, seq_lens)
+
+        values: dict[str, Any] = dict(
+            num_actual_tokens=cam.num_actual_tokens,
+            query_start_loc=cam.query_start_loc,
+            max_seq_len=cam.max_seq_len,
+            seq_lens=cam.seq_lens,
+            block_table=cam.block_table_tensor,
+            causal=cam.causal,
+            slot_mapping=cam.slot_mapping,
+            num_decodes=num_decodes,
+            num_decode_tokens=split.num_decode_tokens,
+            num_prefills=num_prefills,
+            num_extends=num_extends,
+            num_extend_tokens=split.num_extend_tokens,
+            decode_metadata=decode,
+            prefill_metadata=prefill,
+            extend_metadata=extend,
+        )
+        if features.split_scales:
+            values.update(k_scale=self.k_scale, v_scale=self.v_scale)
+        else:  # up to 0.32: one scale for both
+            scale = getattr(self, "scale")  # noqa: B009 (an attribute of those releases only)
+            values.update(k_scale=scale, v_scale=scale)
+        declared = features.metadata
+        if "use_cascade" in declared:  # up to 0.29
+            values["use_cascade"] = common_prefix_len > 0
+        if "kv_sharing_metadata" in declared:  # 0.30 onwards; the own body runs without sharing
+            values["kv_sharing_metadata"] = None
+        if features.host_seq_lens_always:  # 0.20-0.21
+            assert seq_lens is not None
+            values.update(
+                num_actual_kv_tokens=int(seq_lens.sum()),
+                max_query_len=cam.max_query_len,
+                num_prefill_tokens=split.num_prefill_tokens,
+                common_prefix_len=common_prefix_len,
+                total_tokens=getattr(self, "total_tokens"),  # noqa: B009 (0.20-0.21 only)
+            )
+        return AiterFlashAttentionMetadata(**values)
+
+    def _own_decode_metadata(
+        self,
+        cam: CommonAttentionMetadata,
+        split: plugin_split.BatchSplit,
+        query_lens: np.ndarray,
+        seq_lens: torch.Tensor | None,
+    ) -> Any:
+        num_decodes = split.num_decodes
+        decode_lens = query_lens[:num_decodes]
+        # Read from the offsets, as stock does: a caller may understate max_query_len.
+        max_query_len = decode_lens.item(decode_lens.argmax())
+        declared = self.vllm_features.decode
+        values: dict[str, Any] = {"max_query_len": max_query_len}
+        if "uniform_query_len" in declared:  # 0.29
+            uniform = split.num_decode_tokens == num_decodes * max_query_len
+            values["uniform_query_len"] = max_query_len if uniform else None
+        if "min_query_len" in declared:  # 0.20-0.21
+            assert seq_lens is not None
+            values.update(
+                min_query_len=decode_lens.item(decode_lens.argmin()),
+                max_seq_len=int(seq_lens[:num_decodes].max()),
+                query_start_loc=cam.query_start_loc[: num_decodes + 1],
+            )
+        if self.vllm_features.swa_decode_tables:  # 0.33
+            tables: tuple[Any, Any, int] = (None, None, 0)
+            if max_query_len == 1:
+                tables = self._build_swa_decode_tables(
+                    cam.block_table_tensor, cam.seq_lens, num_decodes, cam.max_seq_len
+                )
+            values.update(
+                swa_block_table=tables[0], swa_seq_lens=tables[1], swa_max_seq_len=tables[2]
+            )
+        return aiter_fa.AiterFlashAttentionDecodeMetadata(**values)
+
+    def _own_region_metadata(
+        self,
+        cls: type,
+        declared: frozenset[str],
+        query_start_loc: torch.Tensor,
+        query_lens: np.ndarray,
+        seq_lens: torch.Tensor,
+        **extra: Any,
+    ) -> Any:
+        """Prefill or extend metadata: the region's maxima and its rebased device offsets."""
+        values = dict(
+            max_query_len=query_lens.item(query_lens.argmax()),
+            max_seq_len=int(seq_lens.max()),
+            query_start_loc=query_start_loc - query_start_loc[0],
+            **extra,
+        )
+        if "min_query_len" in declared:  # 0.20-0.21
+            values["min_query_len"] = query_lens.item(query_lens.argmin())
+        return cls(**values)
+
+    def _own_extend_metadata(
+        self,
+        cam: CommonAttentionMetadata,
+        split: plugin_split.BatchSplit,
+        all_query_lens: np.ndarray,
+        all_seq_lens: torch.Tensor,
+    ) -> Any:
+        start, num_extends = split.num_decodes, split.num_extends
+        rows = slice(start, start + num_extends)
+        query_lens = torch.from_numpy(all_query_lens[rows])  # query_start_loc_cpu's dtype
+        seq_lens = all_seq_lens[rows]
+        chunks = self._own_chunk_context(query_lens, seq_lens)
+        return self._own_region_metadata(
+            aiter_fa.AiterFlashAttentionChunkPrefillMetadata,
+            self.vllm_features.extend,
+            cam.query_start_loc[start : start + num_extends + 1],
+            all_query_lens[rows],
+            seq_lens,
+            chunk_context_metadata=chunks,
+        )
+
+    def chunk_capacity(self, query_lens: torch.Tensor, context_lens: torch.Tensor) -> int:
+        """Workspace tokens per extend row and context chunk.
+
+        Stock divides the workspace by the number of extend rows. The rows the plugin's split
+        moves out of the prefill region (longer than the threshold, no context) gather nothing,
+        so they do not count: every other row counts as in stock, whose metadata this equals on
+        every batch in V1 order (``docs/deviations.md``, "builder: context chunks")."""
+        moved = (context_lens == 0) & (query_lens > self.threshold)
+        sharing = query_lens.shape[0] - int(moved.sum())
+        return aiter_fa._CP_TOKENS_PER_ITER_ROCM // sharing
+
+    def _own_chunk_context(self, query_lens: torch.Tensor, seq_lens: torch.Tensor) -> Any:
+        device = self.device
+        num_extends = query_lens.shape[0]
+        context_lens = seq_lens - query_lens
+        pin = _pin()
+        features = self.vllm_features
+
+        swa = None
+        if self.aot_sliding_window is not None:
+            swa_lens = torch.minimum(seq_lens, query_lens + self.aot_sliding_window[0] + 1)
+            swa_cu = torch.zeros(num_extends + 1, dtype=torch.int32, pin_memory=pin)
+            torch.cumsum(swa_lens, dim=0, dtype=torch.int32, out=swa_cu[1:])
+            total = int(swa_cu[-1])
+            token_to_seq = torch.repeat_interleave(
+                torch.arange(num_extends, dtype=torch.int32), swa_lens
+            )
+            swa_values: dict[str, Any] = dict(
+                swa_cu_seqlens=swa_cu.to(device, non_blocking=True),
+                swa_seq_starts=_to_device(seq_lens - swa_lens, device),
+                swa_token_to_batch=_to_device(token_to_seq, device),
+                swa_max_seqlens=int(swa_lens.max()),
+                swa_total_tokens=total,
+                swa_workspace=torch.empty(
+                    (2, total, self.num_heads_kv, self.headdim),
+                    dtype=cast(torch.dtype, self.vllm_config.model_config.dtype),
+                    device=device,
+                ),
+            )
+            if "swa_seqlens" in features.sliding_window:  # 0.20-0.21
+                swa_values["swa_seqlens"] = swa_lens.to(device, non_blocking=True)
+            swa = aiter_fa.AiterChunkSlidingWindowMetadata(**swa_values)
+
+        capacity = self.chunk_capacity(query_lens, context_lens)
+        num_chunks = -(-int(context_lens.max()) // capacity)
+        chunk_starts = (
+            torch.arange(num_chunks, dtype=torch.int32).unsqueeze(1).expand(-1, num_extends)
+            * capacity
+        )
+        chunk_lens = (
+            torch.minimum(context_lens.unsqueeze(0), chunk_starts + capacity) - chunk_starts
+        )
+        chunk_lens.clamp_(min=0)  # [num_chunks, num_extends]
+        cu_chunk = torch.zeros([num_chunks, num_extends + 1], dtype=torch.int32, pin_memory=pin)
+        torch.cumsum(chunk_lens, dim=1, dtype=torch.int32, out=cu_chunk[:, 1:])
+        chunk_totals = cu_chunk[:, -1]
+        width = int(chunk_totals.max()) if num_chunks else 0
+        values: dict[str, Any] = dict(
+            workspace=self.extend_workspace,
+            cu_seq_lens_chunk=cu_chunk.to(device, non_blocking=True),
+            chunk_starts=_to_device(chunk_starts, device),
+            token_to_batch=_to_device(token_to_request(cu_chunk, width), device),
+            max_seq_lens=chunk_lens.max(dim=1).values.tolist(),
+            num_chunks=num_chunks,
+            total_token_per_batch=chunk_totals.tolist(),
+            swa_metadata=swa,
+        )
+        if "seq_tot" in features.chunks:  # 0.20-0.21
+            values.update(seq_tot=chunk_lens.sum(dim=1).tolist(), seq_lens=chunk_lens)
+        return aiter_fa.AiterChunkContextMetadata(**values)
+
+
+def token_to_request(cu_chunk: torch.Tensor, width: int) -> torch.Tensor:
+    """[num_chunks, width] int64: for chunk c and workspace token t, how many of the chunk's requests
+    end at or before t, i.e. the request the token belongs to. O(num_chunks x (requests + width)),
+    where stock builds a [num_chunks, requests, width] boolean tensor."""
+    num_chunks = cu_chunk.shape[0]
+    ends = cu_chunk[:, 1:].numpy().astype(np.int64)
+    rows = np.broadcast_to(np.arange(num_chunks, dtype=np.int64)[:, None], ends.shape)
+    inside = ends < width
+    counts = np.bincount((rows * width + ends)[inside], minlength=num_chunks * width)
+    return torch.from_numpy(np.cumsum(counts.reshape(num_chunks, width), axis=1, dtype=np.int64))

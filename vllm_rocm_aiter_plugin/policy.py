@@ -6,63 +6,35 @@ callers (``__init__``, the doctor) gather the inputs and log the decision.
 
 from __future__ import annotations
 
-import enum
 import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vllm_rocm_aiter_plugin import releases
+from vllm_rocm_aiter_plugin.envs import SWITCH as SWITCH_ENV
+from vllm_rocm_aiter_plugin.envs import Switch
+
+
+def parse_version_strict(version: str) -> tuple[int, int, int]:
+    major, minor, patch = releases.version_tuple(version)
+    return major, minor, patch
+
+
 PLUGIN_NAME = "vllm_rocm_aiter_plugin"
 """Entry-point name in both vLLM groups; this is what ``VLLM_PLUGINS`` must list."""
 
-SWITCH_ENV = "VLLM_ROCM_AITER_PLUGIN"
-"""Kill switch: ``0``/``false``/``off`` disables, ``force`` overrides the policy, unset = auto."""
-
-MIN_SUPPORTED_VLLM = (0, 20, 0)
+MIN_SUPPORTED_VLLM = parse_version_strict(releases.OLDEST)
 """First release whose ROCM_AITER_FA builder and metadata the plugin knows."""
 
-NEWEST_TESTED_VLLM = (0, 33, 0)
-"""Newest release the test suite has passed against (see README, "Tested releases")."""
+NEWEST_TESTED_VLLM = parse_version_strict(releases.NEWEST)
+"""Newest release the test suite has passed against (``releases.TESTED``)."""
 
 LOGGER_NAME = "vllm.rocm_aiter_plugin"
 """Under ``vllm.`` so vLLM's log handler, format and ``VLLM_LOGGING_LEVEL`` apply."""
 
 BACKEND_QUALNAME = "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"
 PLATFORM_QUALNAME = "vllm_rocm_aiter_plugin.platform.AiterRocmPlatform"
-
-
-class Switch(enum.Enum):
-    AUTO = "auto"
-    OFF = "off"
-    FORCE = "force"
-
-
-_OFF_VALUES = {"0", "false", "off", "no", "disable", "disabled"}
-_AUTO_VALUES = {"", "1", "true", "on", "yes", "auto"}
-
-
-def switched_off(value: str | None) -> bool:
-    """The one on/off vocabulary of the plugin's variables (``VLLM_ROCM_AITER_PLUGIN``,
-    ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``): off for 0/false/off/no/disable/disabled, any case,
-    surrounding blanks ignored; unset is on."""
-    return value is not None and value.strip().lower() in _OFF_VALUES
-
-
-def parse_switch(value: str | None) -> tuple[Switch, str | None]:
-    """Parse ``VLLM_ROCM_AITER_PLUGIN``; returns the switch and a problem message, if any."""
-    if value is None:
-        return Switch.AUTO, None
-    if switched_off(value):
-        return Switch.OFF, None
-    normalized = value.strip().lower()
-    if normalized == "force":
-        return Switch.FORCE, None
-    if normalized in _AUTO_VALUES:
-        return Switch.AUTO, None
-    return Switch.AUTO, (
-        f"{SWITCH_ENV}={value!r} is not understood; using auto. "
-        f"Use 0 to disable, force to override the policy, or leave it unset."
-    )
 
 
 def parse_version(version: str) -> tuple[int, int, int] | None:
@@ -81,12 +53,6 @@ def format_version(version: tuple[int, int, int]) -> str:
 def in_tested_range(vllm_version: str) -> bool:
     parsed = parse_version(vllm_version)
     return parsed is not None and MIN_SUPPORTED_VLLM <= parsed <= NEWEST_TESTED_VLLM
-
-
-def parse_vllm_plugins(value: str | None) -> list[str] | None:
-    """``VLLM_PLUGINS`` exactly as vLLM parses it (``vllm/envs.py``): None when unset, else the
-    comma-separated names as written. vLLM does not strip them: ``"a, b"`` allows ``" b"``."""
-    return None if value is None else value.split(",")
 
 
 def plugin_allowed(allowlist: list[str] | None, name: str = PLUGIN_NAME) -> bool:

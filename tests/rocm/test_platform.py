@@ -14,7 +14,11 @@ from tests.subprocess_util import run_child
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.subprocess]
 
 
-@pytest.mark.parametrize("value, expected", [("ROCM_AITER_FA", "ROCM_AITER_FA"), ("auto", None)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [("ROCM_AITER_FA", "ROCM_AITER_FA"), ("auto", None), ("ROCM_FLASH", "ROCM_ATTN"),
+     ("XFORMERS", None), ("bogus", None)],
+)  # fmt: skip
 def test_vllm_attention_backend_through_check_and_update_config(value, expected):
     child = run_child(
         """

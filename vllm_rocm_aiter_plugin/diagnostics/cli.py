@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import io
 import os
 import sys
@@ -19,31 +20,42 @@ EXIT_CODES = """exit codes:
   1  this vLLM is affected and the fix is not active (or not working)
   2  a check could not run, or the report could not be written"""
 
+DESCRIPTION = (
+    "Show and check the plugin's ROCM_AITER_FA fixes on the installed vLLM: the EAGLE "
+    "pure-decode crash, and the cached context that model-runner V2's batch order makes stock "
+    "ROCM_AITER_FA ignore."
+)
+
 
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(
         prog="vllm-rocm-aiter-plugin",
-        description=(
-            "Show and check the ROCM_AITER_FA fixes: the EAGLE pure-decode crash and the context "
-            "model-runner V2 batch order drops.\n\n"
-            "commands:\n"
-            "  demo            show both bugs and the fix on the installed vLLM (the default)\n"
-            "  doctor          diagnose this installation: is vLLM affected, is the fix active?\n"
-            "  doctor --json   the same as one JSON document on stdout, for CI"
-        ),
+        description=DESCRIPTION,
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,doctor}")
-    sub.add_parser("demo", help="show both bugs and the fix on the installed vLLM (default)")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    sub.add_parser("demo", help="show both bugs and the fix on the installed vLLM (the default)")
     doctor = sub.add_parser(
         "doctor",
-        help="diagnose: is vLLM affected, is the fix active?",
+        help="diagnose this installation: is vLLM affected, is the fix active? "
+        "(--json: one JSON document on stdout, for CI)",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument("--json", action="store_true", help="one JSON document on stdout, for CI")
     return parser, doctor
+
+
+def _missing_runtime() -> str | None:
+    """What this Python lacks to run the commands (vLLM, torch), or None."""
+    missing = [name for name in ("torch", "vllm") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (
+        f"{' and '.join(missing)} not installed in this Python ({sys.executable}); install the "
+        "plugin into the Python environment that runs vLLM"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if sys.stdout is None:  # started with stdout closed: nowhere to write the report
         print("vllm-rocm-aiter-plugin: stdout is closed; nothing can be reported", file=sys.stderr)
+        return 2
+    missing = _missing_runtime()
+    if missing:
+        print(f"vllm-rocm-aiter-plugin: {missing}", file=sys.stderr)
         return 2
     os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"  # before vLLM configures its logging
     try:

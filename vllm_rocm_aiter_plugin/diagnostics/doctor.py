@@ -1,257 +1,412 @@
 """``vllm-rocm-aiter-plugin doctor``: is the installed vLLM affected, and is the fix active?
 
-Each check runs on its own; one that cannot run is reported (exit code 2) without hiding the
-others. Exit codes: 0 = fix active or not needed, 1 = affected and the fix is not active, 2 = the
-doctor could not run a check. ``--json`` prints one object with stable keys.
+Every verdict comes from running things: vLLM's own split on the batches that break it, the
+registered backend's builder in a fresh vLLM process, and vLLM's real ROCM_AITER_FA forward on a
+model-runner V2 step (on a GPU with its kernels; on CPU with vLLM's Triton kernels under the
+interpreter and torch references for AITER's). Each check runs on its own; one that cannot run is
+named and gives exit code 2, and the problems the others found are still reported. Exit codes:
+0 = fix active or not needed, 1 = affected and the fix not active (or not working), 2 = a check
+could not run. ``--json`` prints one object with stable keys.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import json
 import logging
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from vllm_rocm_aiter_plugin import policy
+from vllm_rocm_aiter_plugin import envs, policy
 
 EXIT_OK, EXIT_NOT_ACTIVE, EXIT_CHECK_FAILED = 0, 1, 2
+DISTRIBUTION = "vllm-rocm-aiter-plugin"
 
 
-def _aiter_env() -> dict[str, Any]:
-    use_aiter = os.environ.get("VLLM_ROCM_USE_AITER")
-    use_mha = os.environ.get("VLLM_ROCM_USE_AITER_MHA")
-    aiter_on = (use_aiter or "false").lower() in ("true", "1")
-    mha_on = (use_mha or "true").lower() in ("true", "1")
-    if aiter_on and mha_on:
-        implies = "ROCM_AITER_FA is eligible for automatic backend selection on ROCm"
-    elif aiter_on:
-        implies = (
-            "VLLM_ROCM_USE_AITER_MHA disables AITER attention in auto-selection; "
-            "ROCM_AITER_FA only with --attention-backend ROCM_AITER_FA"
-        )
-    else:
-        implies = (
-            "auto-selection will not pick ROCM_AITER_FA; set VLLM_ROCM_USE_AITER=1 or pass "
-            "--attention-backend ROCM_AITER_FA"
-        )
-    return {
-        "VLLM_ROCM_USE_AITER": use_aiter,
-        "VLLM_ROCM_USE_AITER_MHA": use_mha,
-        "aiter_attention_autoselect": aiter_on and mha_on,
-        "implies": implies,
-    }
+@dataclass
+class Versions:
+    plugin: str
+    vllm: str
+    vllm_tested_range: list[str]
+    vllm_in_tested_range: bool
+    torch: str
+    torch_hip: str | None
+    torch_cuda: str | None
 
 
-def _versions() -> dict[str, Any]:
+@dataclass
+class Gpu:
+    name: str
+    arch: str | None
+    rocm: bool
+    mi300_class: bool
+
+
+@dataclass
+class Aiter:
+    importable: bool
+    version: str | None
+    error: str | None
+
+
+@dataclass
+class VariableReport:
+    name: str
+    owner: str
+    value: str | None
+    meaning: str
+    problem: str | None
+
+
+@dataclass
+class Split:
+    stock_split_affected: bool
+    detail: str
+    stock_split_drops_context_v2_order: bool
+    v2_order_detail: str
+
+
+@dataclass
+class Plugins:
+    distribution: str | None  # where the installed distribution lives
+    general_entry_point: bool
+    platform_entry_point: bool
+    other_platform_plugins: list[str]
+
+
+@dataclass
+class Resolution:
+    ROCM_AITER_FA: str
+    builder: str
+    resolves_to_plugin: bool
+    overridden_by_other: str | None
+    builds_correctly: bool
+    behaviour: dict[str, dict[str, Any]]
+
+
+@dataclass
+class Forward:
+    case: str
+    device: str
+    kernels: str
+    merge_makes_nan_of_empty_states: bool
+    registered_right: bool
+    registered_detail: str
+    stock_wrong_requests: list[str]
+    chunks: int | None
+    v1_stock_chunks: int | str | None
+
+
+@dataclass
+class Policy:
+    overrides_rocm_aiter_fa: bool
+    level: str
+    message: str
+
+
+@dataclass
+class DoctorReport:
+    versions: Versions | None = None
+    gpu: Gpu | None = None
+    aiter: Aiter | None = None
+    variables: list[VariableReport] = field(default_factory=list)
+    split: Split | None = None
+    plugins: Plugins | None = None
+    resolution: Resolution | None = None
+    forward: Forward | None = None
+    policy: Policy | None = None
+    check_errors: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    verdict: str = ""
+    exit_code: int = EXIT_CHECK_FAILED
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---- checks: each returns its section, or raises (the doctor then names it) ----------------
+
+
+def check_versions() -> Versions:
     import torch
     import vllm
 
     from vllm_rocm_aiter_plugin import __version__
 
-    return {
-        "plugin": __version__,
-        "vllm": vllm.__version__,
-        "vllm_tested_range": [
+    return Versions(
+        plugin=__version__,
+        vllm=vllm.__version__,
+        vllm_tested_range=[
             policy.format_version(policy.MIN_SUPPORTED_VLLM),
             policy.format_version(policy.NEWEST_TESTED_VLLM),
         ],
-        "vllm_in_tested_range": policy.in_tested_range(vllm.__version__),
-        "torch": torch.__version__,
-        "torch_hip": getattr(torch.version, "hip", None),
-        "torch_cuda": getattr(torch.version, "cuda", None),
-    }
+        vllm_in_tested_range=policy.in_tested_range(vllm.__version__),
+        torch=torch.__version__,
+        torch_hip=getattr(torch.version, "hip", None),
+        torch_cuda=getattr(torch.version, "cuda", None),
+    )
 
 
-def _gpu() -> dict[str, Any] | None:
+def check_gpu() -> Gpu | None:
     from vllm_rocm_aiter_plugin.diagnostics.hardware import detect_gpu
 
     gpu = detect_gpu()
     if gpu is None:
         return None
-    return {"name": gpu.name, "arch": gpu.arch, "rocm": gpu.is_rocm, "mi300_class": gpu.mi300_class}
+    return Gpu(gpu.name, gpu.arch, gpu.is_rocm, gpu.mi300_class)
 
 
-def _aiter() -> dict[str, Any]:
+def check_aiter() -> Aiter:
     from vllm_rocm_aiter_plugin.diagnostics.hardware import probe_aiter
 
     info = probe_aiter()
-    return {"importable": info.importable, "version": info.version, "error": info.error}
+    return Aiter(info.importable, info.version, info.error)
 
 
-def _split() -> dict[str, Any]:
+def check_variables() -> list[VariableReport]:
+    """Every variable the plugin reads (``envs.VARIABLES``), its value and what it does."""
+    reports = []
+    for variable in envs.VARIABLES:
+        raw = os.environ.get(variable.name)
+        reading = variable.parse(raw)
+        reports.append(
+            VariableReport(variable.name, variable.owner, raw, reading.meaning, reading.problem)
+        )
+    return reports
+
+
+def check_split() -> Split:
     from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order
 
     eagle, v2_order = probe_stock_split(), probe_stock_v2_order()
-    return {
-        "stock_split_affected": eagle.affected,
-        "detail": eagle.detail,
-        "stock_split_drops_context_v2_order": v2_order.affected,
-        "v2_order_detail": v2_order.detail,
-    }
+    return Split(eagle.affected, eagle.detail, v2_order.affected, v2_order.detail)
 
 
-def _plugins() -> dict[str, Any]:
-    from importlib.metadata import entry_points
+def installed_distribution() -> Any:
+    """The plugin's distribution as pip installed it: looked up in the site-packages directories
+    only, never in the current directory (a stale ``*.egg-info`` in a checkout)."""
+    from importlib.metadata import distributions
 
-    def ours(group: str) -> bool:
-        return any(ep.name == policy.PLUGIN_NAME for ep in entry_points(group=group))
+    paths = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths.add(site.getusersitepackages())
+    for dist in distributions(path=sorted(p for p in paths if os.path.isdir(p))):
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") == DISTRIBUTION:
+            return dist
+    return None
 
-    allowlist = policy.parse_vllm_plugins(os.environ.get("VLLM_PLUGINS"))
-    others = sorted(
-        ep.name
-        for ep in entry_points(group="vllm.platform_plugins")
-        if ep.name != policy.PLUGIN_NAME and policy.plugin_allowed(allowlist, ep.name)
+
+def check_plugins() -> Plugins:
+    from vllm_rocm_aiter_plugin import other_platform_plugins
+
+    dist = installed_distribution()
+    groups = {(ep.group, ep.name) for ep in dist.entry_points} if dist is not None else set()
+    return Plugins(
+        distribution=None if dist is None else str(dist.locate_file("")),
+        general_entry_point=("vllm.general_plugins", policy.PLUGIN_NAME) in groups,
+        platform_entry_point=("vllm.platform_plugins", policy.PLUGIN_NAME) in groups,
+        other_platform_plugins=other_platform_plugins(),
     )
-    switch, problem = policy.parse_switch(os.environ.get(policy.SWITCH_ENV))
-    return {
-        "general_entry_point": ours("vllm.general_plugins"),
-        "platform_entry_point": ours("vllm.platform_plugins"),
-        "VLLM_PLUGINS": os.environ.get("VLLM_PLUGINS"),
-        "allowed_by_VLLM_PLUGINS": policy.plugin_allowed(allowlist),
-        "kill_switch": switch.value,
-        "kill_switch_problem": problem,
-        "other_platform_plugins": others,
-    }
 
 
-def _resolution() -> dict[str, Any]:
+def check_resolution() -> Resolution:
     """In a fresh interpreter: what vLLM resolves ``ROCM_AITER_FA`` to, and whether that
-    backend's builder builds the EAGLE pure-decode batch and the model-runner V2 batch right."""
+    backend's builder builds the EAGLE pure-decode batch and the model-runner V2 batches right."""
     from vllm_rocm_aiter_plugin.diagnostics.probe import resolve_in_fresh_process
 
-    resolved = resolve_in_fresh_process()
-    return resolution_report(resolved)
+    return resolution_report(resolve_in_fresh_process())
 
 
-def resolution_report(resolved: dict[str, Any]) -> dict[str, Any]:
-    """The doctor's ``resolution`` section from a probe result (see ``_resolution``)."""
+def resolution_report(resolved: dict[str, Any]) -> Resolution:
+    """The ``resolution`` section from a probe result (see ``check_resolution``)."""
     path, stock, behaviour = resolved["path"], resolved["stock"], resolved["behaviour"]
-    return {
-        "ROCM_AITER_FA": path,
-        "builder": resolved["builder"],
-        "resolves_to_plugin": path == policy.BACKEND_QUALNAME,
-        "overridden_by_other": None if path in (stock, policy.BACKEND_QUALNAME) else path,
-        "builds_correctly": all(case["ok"] for case in behaviour.values()),
-        "behaviour": behaviour,
-    }
+    return Resolution(
+        ROCM_AITER_FA=path,
+        builder=resolved["builder"],
+        resolves_to_plugin=path == policy.BACKEND_QUALNAME,
+        overridden_by_other=None if path in (stock, policy.BACKEND_QUALNAME) else path,
+        builds_correctly=all(case["ok"] for case in behaviour.values()),
+        behaviour=behaviour,
+    )
 
 
-CHECKS: dict[str, Callable[[], Any]] = {
-    "versions": _versions,
-    "gpu": _gpu,
-    "aiter": _aiter,
-    "aiter_env": _aiter_env,
-    "split": _split,
-    "plugins": _plugins,
-    "resolution": _resolution,
-}
+def check_forward() -> Forward:
+    """vLLM's ROCM_AITER_FA forward on a model-runner V2 step whose extend region holds a new
+    prompt and two context chunks, with stock's backend and the registered one, in a fresh
+    process: on the GPU where there is one, else on CPU (Triton interpreter, AITER references)."""
+    import torch
+
+    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_CASE
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    report = runner.run_in_child(
+        [DOCTOR_CASE], kinds=("stock", "registered"), device=device, timeout=900
+    )
+    if "unavailable" in report:
+        raise RuntimeError(report["unavailable"])
+    return forward_report(report)
 
 
-def collect(checks: dict[str, Callable[[], Any]] | None = None) -> dict[str, Any]:
-    """Run every check; return the report (the JSON object) with verdict and exit code."""
-    report: dict[str, Any] = {}
-    failed: dict[str, str] = {}
-    for name, check in {**CHECKS, **(checks or {})}.items():
-        try:
-            report[name] = check()
-        except Exception as exc:
-            report[name] = None
-            failed[name] = f"{type(exc).__name__}: {exc}"
-    try:
-        report["policy"] = _policy(report)
-    except Exception as exc:
-        report["policy"] = None
-        failed["policy"] = f"{type(exc).__name__}: {exc}"
-    report["check_errors"] = failed
-    report["verdict"], report["exit_code"] = _verdict(report)
-    report["problems"] = _problems(report)
-    report["notes"] = _notes(report)
-    return report
+def forward_report(report: dict[str, Any]) -> Forward:
+    case = report["cases"][0]
+    tolerance = case["tolerance"]
+
+    def wrong(result: dict[str, Any]) -> list[str]:
+        if "rows" not in result:
+            return []
+        return [r["req_id"] for r in result["rows"] if r["nan"] or r["error"] > tolerance]
+
+    registered = case["registered"]
+    if "error" in registered:
+        right, detail = False, registered["error"]
+    else:
+        bad = wrong(registered)
+        right = not bad
+        nan = sum(1 for r in registered["rows"] if r["nan"])
+        detail = (
+            f"{len(registered['rows'])} requests equal to the reference, no NaN"
+            if right
+            else f"{len(bad)} requests off the reference ({nan} NaN)"
+        )
+    references = report.get("references") or []
+    kernels = (
+        "AITER's and vLLM's own kernels"
+        if not references
+        else "vLLM's own Triton kernels; torch references for " + ", ".join(references)
+    )
+    return Forward(
+        case=case["case"],
+        device=report["device"],
+        kernels=kernels,
+        merge_makes_nan_of_empty_states=report["merge_makes_nan_of_empty_states"],
+        registered_right=right,
+        registered_detail=detail,
+        stock_wrong_requests=wrong(case["stock"]),
+        chunks=registered.get("chunks"),
+        v1_stock_chunks=case.get("v1_stock_chunks"),
+    )
 
 
-def _policy(report: dict[str, Any]) -> dict[str, Any] | None:
+def check_policy(resolution: Resolution | None) -> Policy:
     """The activation policy's decision for this vLLM and switch, as the general plugin takes it
     in a vLLM process (given the override the fresh process found, if another package's)."""
-    versions, plugins = report.get("versions"), report.get("plugins")
-    if not versions or not plugins:
-        return None
+    from importlib.metadata import version
+
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     stock = AttentionBackendEnum.ROCM_AITER_FA.value
-    other = (report.get("resolution") or {}).get("overridden_by_other")
+    other = resolution.overridden_by_other if resolution is not None else None
     decision = policy.decide_registration(
-        versions["vllm"], policy.Switch(plugins["kill_switch"]), other or stock, stock
+        version("vllm"), envs.read(envs.SWITCH).value, other or stock, stock
     )
-    return {
-        "overrides_rocm_aiter_fa": decision.activate,
-        "level": logging.getLevelName(decision.level),
-        "message": decision.message,
-    }
+    return Policy(decision.activate, logging.getLevelName(decision.level), decision.message)
 
 
-def _problems(report: dict[str, Any]) -> list[str]:
-    problems = []
-    plugins, resolution, versions = (
-        report.get("plugins"),
-        report.get("resolution"),
-        report.get("versions"),
-    )
-    if plugins:
-        if not plugins["general_entry_point"]:
+IN_PROCESS: dict[str, Callable[[], Any]] = {
+    "versions": check_versions,
+    "gpu": check_gpu,
+    "aiter": check_aiter,
+    "variables": check_variables,
+    "split": check_split,
+    "plugins": check_plugins,
+}
+FRESH_PROCESS: dict[str, Callable[[], Any]] = {
+    "resolution": check_resolution,
+    "forward": check_forward,
+}
+
+
+def collect(overrides: dict[str, Callable[[], Any]] | None = None) -> DoctorReport:
+    """Run every check (the two that start fresh processes side by side); the report."""
+    checks = {**IN_PROCESS, **FRESH_PROCESS, **(overrides or {})}
+    report = DoctorReport()
+    results: dict[str, Any] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(checks[name]) for name in FRESH_PROCESS}
+        for name in IN_PROCESS:
+            results[name] = _run(checks[name], name, report)
+        for name, future in futures.items():
+            results[name] = _run(future.result, name, report)
+    for name, value in results.items():
+        if name not in report.check_errors:
+            setattr(report, name, value)
+    report.policy = _run(lambda: check_policy(report.resolution), "policy", report)
+    report.verdict, report.exit_code = _verdict(report)
+    report.problems = _problems(report)
+    report.notes = _notes(report)
+    return report
+
+
+def _run(check: Callable[[], Any], name: str, report: DoctorReport) -> Any:
+    try:
+        return check()
+    except Exception as exc:
+        report.check_errors[name] = f"{type(exc).__name__}: {exc}".strip()
+        return None
+
+
+def _problems(report: DoctorReport) -> list[str]:
+    """What the operator should fix; each line comes from the check that found it."""
+    problems = [v.problem for v in report.variables if v.problem]
+    switch = envs.read(envs.SWITCH).value
+    if switch is envs.Switch.OFF:
+        problems.append(f"{envs.SWITCH} disables the plugin: unset it to enable the fix")
+    plugins, resolution, forward = report.plugins, report.resolution, report.forward
+    if plugins is not None:
+        if not plugins.general_entry_point:
             problems.append(
-                "the vllm.general_plugins entry point is missing: reinstall with "
-                "`pip install --no-deps --force-reinstall vllm-rocm-aiter-plugin`"
+                "the vllm.general_plugins entry point is missing from the installed "
+                f"distribution: reinstall with `pip install --no-deps --force-reinstall "
+                f"{DISTRIBUTION}`"
             )
-        if not plugins["allowed_by_VLLM_PLUGINS"]:
+        if plugins.other_platform_plugins:
+            others = ", ".join(plugins.other_platform_plugins)
             problems.append(
-                f"VLLM_PLUGINS={plugins['VLLM_PLUGINS']!r} excludes the plugin (vLLM splits it at "
-                f"commas without stripping blanks): add {policy.PLUGIN_NAME} to it, or unset "
-                "VLLM_PLUGINS"
+                f"other out-of-tree platform plugins are installed ({others}): the plugin's "
+                "platform steps aside on ROCm (the builder fix still applies; use "
+                "--attention-backend rather than VLLM_ATTENTION_BACKEND)"
             )
-        if plugins["kill_switch"] == policy.Switch.OFF.value:
-            problems.append(f"{policy.SWITCH_ENV} disables the plugin: unset it to enable the fix")
-        if plugins["kill_switch_problem"]:
-            problems.append(plugins["kill_switch_problem"])
-        if plugins["other_platform_plugins"]:
-            others = ", ".join(plugins["other_platform_plugins"])
-            problems.append(
-                f"other out-of-tree platform plugins are installed ({others}):"
-                " the plugin's platform steps aside on ROCm (the builder fix still applies; "
-                "use --attention-backend rather than VLLM_ATTENTION_BACKEND)"
-            )
-    if resolution and resolution["overridden_by_other"]:
+    if resolution is not None and resolution.overridden_by_other:
         problems.append(
-            f"ROCM_AITER_FA is overridden by {resolution['overridden_by_other']}: uninstall that "
-            f"package, or set {policy.SWITCH_ENV}=force to replace it"
+            f"ROCM_AITER_FA is overridden by {resolution.overridden_by_other}: uninstall that "
+            f"package, or set {envs.SWITCH}=force to replace it"
         )
-    if resolution and resolution["resolves_to_plugin"] and not resolution["builds_correctly"]:
+    if resolution is not None and resolution.resolves_to_plugin and not resolution.builds_correctly:
         wrong = [
             f"{name}: {case['detail']}"
-            for name, case in resolution["behaviour"].items()
+            for name, case in resolution.behaviour.items()
             if not case["ok"]
         ]
         problems.append(
             "ROCM_AITER_FA resolves to the plugin but its builder does not build right on this "
-            f"vLLM ({'; '.join(wrong)}): the plugin does not support this vLLM's build(); "
-            "check the README's release table and report the vLLM version"
+            f"vLLM ({'; '.join(wrong)}): check docs/releases.md and report the vLLM version"
         )
-    decision = report.get("policy")
+    if forward is not None and resolution is not None and resolution.resolves_to_plugin:
+        if not forward.registered_right:
+            problems.append(
+                f"the plugin's attention output on the {forward.case} step is wrong on this vLLM "
+                f"({forward.registered_detail}): report the vLLM version"
+            )
+    decision = report.policy
     refused_version = (
         decision is not None
-        and not decision["overrides_rocm_aiter_fa"]
-        and decision["level"] == "WARNING"
-        and not (resolution and resolution["overridden_by_other"])
+        and not decision.overrides_rocm_aiter_fa
+        and decision.level == "WARNING"
+        and not (resolution and resolution.overridden_by_other)
     )
-    if refused_version:  # this vLLM's version (below the range, or unparsable): the policy's words
-        problems.append(decision["message"])
-    elif versions and not versions["vllm_in_tested_range"]:
-        problems.append(
-            f"vLLM {versions['vllm']} is outside the tested range "
-            f"{'-'.join(versions['vllm_tested_range'])}: check the README's release table"
-        )
-    if report["exit_code"] == EXIT_NOT_ACTIVE and not problems:
+    if refused_version and decision is not None:  # below the range, or unparsable
+        problems.append(decision.message)
+    elif decision is not None and decision.level == "WARNING" and decision.overrides_rocm_aiter_fa:
+        problems.append(decision.message)  # newer than tested: the policy's words
+    if report.exit_code == EXIT_NOT_ACTIVE and not problems:
         problems.append(
             "ROCM_AITER_FA does not resolve to the plugin in a fresh vLLM process and no cause "
             "was found here: run `VLLM_LOGGING_LEVEL=DEBUG python -c 'from vllm.plugins import "
@@ -260,42 +415,50 @@ def _problems(report: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _notes(report: dict[str, Any]) -> list[str]:
+def _notes(report: DoctorReport) -> list[str]:
     """What this machine cannot do (informational: the exit code does not change)."""
     notes = []
-    versions, aiter = report.get("versions") or {}, report.get("aiter") or {}
-    gpu = report.get("gpu")
-    if "gpu" not in report["check_errors"] and (gpu is None or not gpu.get("rocm")):
-        what = "no GPU" if gpu is None else f"{gpu['name']} is not a ROCm GPU"
-        notes.append(
-            f"this machine cannot run ROCM_AITER_FA: {what} (torch {versions.get('torch')}, HIP "
-            f"{versions.get('torch_hip') or 'none'}); the verdict is about the installed vLLM "
-            "and the plugin"
+    versions, aiter, gpu = report.versions, report.aiter, report.gpu
+    if "gpu" not in report.check_errors and (gpu is None or not gpu.rocm):
+        what = "no GPU" if gpu is None else f"{gpu.name} is not a ROCm GPU"
+        torch_line = (
+            f" (torch {versions.torch}, HIP {versions.torch_hip or 'none'})" if versions else ""
         )
-    elif gpu is not None and not gpu.get("mi300_class"):
-        notes.append(f"{gpu['name']} ({gpu['arch']}) is not MI300-class (gfx942, gfx950)")
-    if aiter and not aiter.get("importable"):
         notes.append(
-            f"this machine cannot run ROCM_AITER_FA kernels: aiter is not importable "
-            f"({aiter.get('error')})"
+            f"this machine cannot run ROCM_AITER_FA: {what}{torch_line}; the verdict is about "
+            "the installed vLLM and the plugin"
+        )
+    elif gpu is not None and not gpu.mi300_class:
+        notes.append(f"{gpu.name} ({gpu.arch}) is not MI300-class (gfx942, gfx950)")
+    if aiter is not None and not aiter.importable:
+        notes.append(
+            f"this machine cannot run AITER's kernels: aiter is not importable ({aiter.error})"
+        )
+    if report.forward is not None and "references" in report.forward.kernels:
+        notes.append(
+            f"the forward check ran on {report.forward.device}: vLLM's own forward code and "
+            f"Triton kernels, with {report.forward.kernels.split('; ')[-1]}; AITER itself was "
+            "not run"
         )
     return notes
 
 
-def _verdict(report: dict[str, Any]) -> tuple[str, int]:
-    split, resolution = report.get("split"), report.get("resolution")
-    if split is None or resolution is None:
-        missing = ", ".join(sorted(report["check_errors"])) or "unknown"
-        return f"doctor could not run: {missing}", EXIT_CHECK_FAILED
+def _verdict(report: DoctorReport) -> tuple[str, int]:
+    if report.check_errors:
+        names = ", ".join(sorted(report.check_errors))
+        return f"doctor could not run: {names} (see check_errors)", EXIT_CHECK_FAILED
+    split, resolution, forward = report.split, report.resolution, report.forward
+    assert split is not None and resolution is not None and forward is not None
     harms = []
-    if split["stock_split_affected"]:
+    if split.stock_split_affected:
         harms.append("EAGLE on ROCM_AITER_FA will crash")
-    if split["stock_split_drops_context_v2_order"]:
+    if split.stock_split_drops_context_v2_order or forward.stock_wrong_requests:
         harms.append("model-runner V2 steps can lose context silently")
-    if resolution["resolves_to_plugin"] and resolution["builds_correctly"]:
+    if resolution.resolves_to_plugin and resolution.builds_correctly and forward.registered_right:
         return (
             "fix ACTIVE: ROCM_AITER_FA resolves to the plugin, whose builder builds the EAGLE "
-            "pure-decode batch and keeps rows with context out of the prefill region",
+            "pure-decode batch and keeps rows with context out of the prefill region, and whose "
+            "attention output on a model-runner V2 step equals the reference",
             EXIT_OK,
         )
     if not harms:
@@ -304,10 +467,10 @@ def _verdict(report: dict[str, Any]) -> tuple[str, int]:
             "model-runner V2 order",
             EXIT_OK,
         )
-    if resolution["resolves_to_plugin"]:
+    if resolution.resolves_to_plugin:
         return (
-            f"fix NOT working: the plugin's builder fails the checks on this vLLM; "
-            f"{'; '.join(harms)} (see problems)",
+            f"fix NOT working: the plugin fails the checks on this vLLM; {'; '.join(harms)} "
+            "(see problems)",
             EXIT_NOT_ACTIVE,
         )
     return (
@@ -326,75 +489,79 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def render(report: dict[str, Any], out: TextIO) -> None:
+def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
-    v = report.get("versions") or {}
-    rows += [
-        ("plugin", v.get("plugin")),
-        ("vLLM", f"{v.get('vllm')} (tested {'-'.join(v.get('vllm_tested_range', []))}: "
-         f"{_fmt(v.get('vllm_in_tested_range'))})"),
-        ("torch", f"{v.get('torch')} (HIP {_fmt(v.get('torch_hip'))}, CUDA {_fmt(v.get('torch_cuda'))})"),
-    ]  # fmt: skip
-    gpu = report.get("gpu")
-    gpu_text = (
-        "no GPU"
-        if gpu is None
-        else f"{gpu['name']} ({gpu['arch']}; MI300-class: {_fmt(gpu['mi300_class'])})"
-    )
-    rows.append(("GPU", gpu_text if "gpu" not in report["check_errors"] else "check failed"))
-    a = report.get("aiter") or {}
-    rows.append(("aiter", f"importable: {_fmt(a.get('importable'))}, version {_fmt(a.get('version'))}"
-                 + (f" ({a['error']})" if a.get("error") else "")))  # fmt: skip
-    e = report.get("aiter_env") or {}
-    rows.append(
-        (
-            "VLLM_ROCM_USE_AITER[_MHA]",
-            f"{_fmt(e.get('VLLM_ROCM_USE_AITER'))} / {_fmt(e.get('VLLM_ROCM_USE_AITER_MHA'))}: "
-            f"{e.get('implies')}",
-        )
-    )
-    s = report.get("split") or {}
-    rows.append(
-        ("stock split affected", f"{_fmt(s.get('stock_split_affected'))} ({s.get('detail')})")
-    )
-    rows.append(
-        (
-            "stock drops context (V2 order)",
-            f"{_fmt(s.get('stock_split_drops_context_v2_order'))} ({s.get('v2_order_detail')})",
-        )
-    )
-    p = report.get("plugins") or {}
-    rows += [
-        ("entry points (general/platform)",
-         f"{_fmt(p.get('general_entry_point'))} / {_fmt(p.get('platform_entry_point'))}"),
-        ("VLLM_PLUGINS",
-         f"{_fmt(p.get('VLLM_PLUGINS'))} (allows plugin: {_fmt(p.get('allowed_by_VLLM_PLUGINS'))})"),
-        (policy.SWITCH_ENV, p.get("kill_switch")),
-        ("other platform plugins", _fmt(p.get("other_platform_plugins"))),
-    ]  # fmt: skip
-    rows.append(("policy", (report.get("policy") or {}).get("message")))
-    r = report.get("resolution") or {}
-    rows.append(("ROCM_AITER_FA resolves to", r.get("ROCM_AITER_FA")))
-    for name, case in (r.get("behaviour") or {}).items():
+    v = report.versions
+    if v is not None:
+        in_range = _fmt(v.vllm_in_tested_range)
+        rows.append(("plugin", v.plugin))
+        rows.append(("vLLM", f"{v.vllm} (tested {'-'.join(v.vllm_tested_range)}: {in_range})"))
+        rows.append(("torch", f"{v.torch} (HIP {_fmt(v.torch_hip)}, CUDA {_fmt(v.torch_cuda)})"))
+    if "gpu" not in report.check_errors:
+        gpu = report.gpu
+        shown = "no GPU" if gpu is None else f"{gpu.name} ({gpu.arch}; MI300-class: "
+        rows.append(("GPU", shown if gpu is None else f"{shown}{_fmt(gpu.mi300_class)})"))
+    if report.aiter is not None:
+        a = report.aiter
+        error = f" ({a.error})" if a.error else ""
         rows.append(
-            (f"  its builder, {name}", f"{'ok' if case['ok'] else 'WRONG'}: {case['detail']}")
+            ("aiter", f"importable: {_fmt(a.importable)}, version {_fmt(a.version)}{error}")
         )
-    width = max(len(label) for label, _ in rows)
+    for variable in report.variables:
+        if variable.owner != "tests":
+            value = "" if variable.value is None else f"{variable.value!r}: "
+            rows.append((variable.name, f"{value}{variable.meaning}"))
+    if report.split is not None:
+        s = report.split
+        rows.append(("stock split affected", f"{_fmt(s.stock_split_affected)} ({s.detail})"))
+        drops = _fmt(s.stock_split_drops_context_v2_order)
+        rows.append(("stock drops context (V2 order)", f"{drops} ({s.v2_order_detail})"))
+    if report.plugins is not None:
+        p = report.plugins
+        points = f"{_fmt(p.general_entry_point)} / {_fmt(p.platform_entry_point)}"
+        rows.append(("entry points (general/platform)", points))
+        rows.append(("other platform plugins", _fmt(p.other_platform_plugins)))
+    if report.policy is not None:
+        rows.append(("policy", report.policy.message))
+    if report.resolution is not None:
+        r = report.resolution
+        rows.append(("ROCM_AITER_FA resolves to", r.ROCM_AITER_FA))
+        for name, case in r.behaviour.items():
+            verdict = "ok" if case["ok"] else "WRONG"
+            rows.append((f"  its builder, {name}", f"{verdict}: {case['detail']}"))
+    if report.forward is not None:
+        f = report.forward
+        rows.append((f"forward, {f.case}", f"on {f.device}: ROCM_AITER_FA {f.registered_detail}"))
+        rows.append(("  stock's backend", f"{len(f.stock_wrong_requests)} requests wrong"))
+        chunks = f"{_fmt(f.chunks)} (stock in V1 order: {_fmt(f.v1_stock_chunks)})"
+        rows.append(("  context chunks", chunks))
+        merge = (
+            "NaN on this vLLM (the plugin keeps them empty)"
+            if f.merge_makes_nan_of_empty_states
+            else "finite on this vLLM"
+        )
+        rows.append(("  merge of two empty states", merge))
+    return rows
+
+
+def render(report: DoctorReport, out: TextIO) -> None:
+    rows = _rows(report)
+    width = max(len(label) for label, _ in rows) if rows else 0
     for label, value in rows:
         print(f"{label:<{width}}  {_fmt(value)}", file=out)
-    for name, error in report["check_errors"].items():
+    for name, error in report.check_errors.items():
         print(f"CHECK FAILED  {name}: {error}", file=out)
-    for problem in report["problems"]:
+    for problem in report.problems:
         print(f"PROBLEM  {problem}", file=out)
-    for note in report["notes"]:
+    for note in report.notes:
         print(f"NOTE  {note}", file=out)
-    print(f"\n{report['verdict']}", file=out)
+    print(f"\n{report.verdict}", file=out)
 
 
 def run(as_json: bool = False, out: TextIO = sys.stdout) -> int:
     report = collect()
     if as_json:
-        print(json.dumps(report, indent=2, sort_keys=True), file=out)
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True), file=out)
     else:
         render(report, out)
-    return report["exit_code"]
+    return report.exit_code

@@ -43,21 +43,18 @@ def probe_stock_v2_order() -> SplitProbe:
     from vllm.v1.attention.backends import utils as stock_utils
 
     from vllm_rocm_aiter_plugin.diagnostics import samples
+    from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
 
     batch = samples.v2_order_batch()
     try:
-        counts = stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=1)
+        raw = stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=1)
     except Exception as exc:
         return SplitProbe(True, f"stock split raises {type(exc).__name__} on a V2-ordered step")
-    counts = tuple(int(c) for c in counts)
-    first_prefill = counts[0] + counts[1]
-    lost = [
-        row
-        for row, (_, context) in enumerate(samples.V2_ORDER_EXAMPLE)
-        if context and row >= first_prefill
-    ]
+    counts = tuple(int(c) for c in raw)
+    query, seq = samples.v2_order_lens()
+    lost = context_rows_in_prefill(counts, query, seq)
     if lost:
-        dropped = sum(samples.V2_ORDER_EXAMPLE[row][1] for row in lost)
+        dropped = sum(seq[row] - query[row] for row in lost)
         return SplitProbe(
             True,
             f"stock split returns {counts}: request {', '.join(map(str, lost))} with context goes "
@@ -66,6 +63,19 @@ def probe_stock_v2_order() -> SplitProbe:
     return SplitProbe(
         False, f"stock split returns {counts}: no row with context in the prefill region"
     )
+
+
+def build_with(builder_cls: type, vllm_config: Any, batch: Any) -> Any:
+    """``builder_cls(...).build(0, batch)`` for a full-attention layer of ``vllm_config`` on CPU
+    (host buffers unpinned: there is no accelerator to pin for)."""
+    import torch
+
+    from vllm_rocm_aiter_plugin.diagnostics import samples
+    from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+
+    builder = builder_cls(samples.kv_cache_spec(vllm_config), [], vllm_config, torch.device("cpu"))
+    with unpinned_host_memory():  # both builders' extend paths pin host memory
+        return builder.build(common_prefix_len=0, common_attn_metadata=batch)
 
 
 def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
@@ -77,12 +87,10 @@ def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
     - ``v2_order``: ``samples.V2_ORDER_EXAMPLE`` (threshold 1); correct = no row with context in
       the prefill region, every request in a region.
     """
-    import torch
-
     from vllm_rocm_aiter_plugin.diagnostics import samples
-    from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+    from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
 
-    contexts = [context for _, context in samples.V2_ORDER_EXAMPLE]
+    query, seq = samples.v2_order_lens()
     cases = {
         "eagle_pure_decode": (3, samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)),
         "v2_order": (0, samples.v2_order_batch()),
@@ -92,10 +100,8 @@ def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
         samples.write_tiny_llama(model_dir)
         for name, (spec_tokens, batch) in cases.items():
             config = samples.tiny_vllm_config(model_dir, num_speculative_tokens=spec_tokens)
-            builder = builder_cls(samples.kv_cache_spec(config), [], config, torch.device("cpu"))
             try:
-                with unpinned_host_memory():  # extend paths pin host memory; none without a GPU
-                    meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
+                meta = build_with(builder_cls, config, batch)
             except Exception as exc:
                 results[name] = {"ok": False, "detail": f"raises {type(exc).__name__}: {exc}"}
                 continue
@@ -104,8 +110,7 @@ def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
             if name == "eagle_pure_decode":
                 ok = covered and meta.num_decodes == batch.num_reqs
             else:
-                first_prefill = meta.num_decodes + meta.num_extends
-                ok = covered and not any(contexts[first_prefill:])
+                ok = covered and not context_rows_in_prefill(counts, query, seq)
             results[name] = {
                 "ok": ok,
                 "detail": f"decodes/extends/prefills = {counts}"

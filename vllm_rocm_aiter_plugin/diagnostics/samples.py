@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import torch
@@ -24,7 +24,7 @@ NUM_HEADS = 8
 NUM_KV_HEADS = 2
 HEAD_SIZE = 128
 BLOCK_SIZE = 16
-MAX_MODEL_LEN = 16384
+MAX_MODEL_LEN = 65536
 
 _TINY_LLAMA: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
@@ -45,15 +45,36 @@ _TINY_LLAMA: dict[str, Any] = {
 
 
 def write_tiny_llama(
-    directory: str | os.PathLike[str] | None = None, head_size: int = HEAD_SIZE
+    directory: str | os.PathLike[str] | None = None,
+    head_size: int = HEAD_SIZE,
+    num_heads: int = NUM_HEADS,
+    num_kv_heads: int = NUM_KV_HEADS,
 ) -> str:
     """Write a tiny Llama ``config.json`` into ``directory`` (a new temp dir if None)."""
     directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="tiny-llama-")
     os.makedirs(directory, exist_ok=True)
-    config = {**_TINY_LLAMA, "head_dim": head_size, "hidden_size": NUM_HEADS * head_size}
+    config = {
+        **_TINY_LLAMA,
+        "head_dim": head_size,
+        "hidden_size": num_heads * head_size,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+    }
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
     return directory
+
+
+def write_tiny_eagle_draft(model_dir: str) -> str:
+    """An EAGLE draft head's ``config.json`` for the tiny Llama in ``model_dir`` (a subdirectory)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    draft = os.path.join(model_dir, "eagle-draft")
+    os.makedirs(draft, exist_ok=True)
+    config.update(architectures=["EagleLlamaForCausalLM"], num_hidden_layers=1)
+    with open(os.path.join(draft, "config.json"), "w") as f:
+        json.dump(config, f)
+    return draft
 
 
 def tiny_vllm_config(
@@ -68,9 +89,9 @@ def tiny_vllm_config(
 ) -> VllmConfig:
     """A real ``VllmConfig`` over a tiny Llama, built offline.
 
-    ``num_speculative_tokens > 0`` adds an n-gram speculative config (no draft model needed), which
-    raises the builder's ``reorder_batch_threshold`` to ``1 + num_speculative_tokens`` exactly as
-    EAGLE does.
+    ``num_speculative_tokens > 0`` adds an EAGLE speculative config over a tiny draft head (no
+    weights are read), which raises the builder's ``reorder_batch_threshold`` to
+    ``1 + num_speculative_tokens``.
     """
     from vllm.config import (
         CacheConfig,
@@ -87,17 +108,16 @@ def tiny_vllm_config(
         model=model_dir,
         tokenizer=model_dir,
         skip_tokenizer_init=True,
-        dtype=dtype,
+        dtype=cast(Any, dtype),  # a dtype name vLLM accepts
         max_model_len=MAX_MODEL_LEN,
     )
     parallel_config = ParallelConfig()
     speculative_config = None
     if num_speculative_tokens:
         speculative_config = SpeculativeConfig(
-            method="ngram",
+            method="eagle",
+            model=write_tiny_eagle_draft(model_dir),
             num_speculative_tokens=num_speculative_tokens,
-            prompt_lookup_max=4,
-            prompt_lookup_min=1,
             target_model_config=model_config,
             target_parallel_config=parallel_config,
         )
@@ -111,7 +131,7 @@ def tiny_vllm_config(
             max_model_len=MAX_MODEL_LEN,
             is_encoder_decoder=False,
         ),
-        device_config=DeviceConfig(device=device),
+        device_config=DeviceConfig(device=device),  # type: ignore[arg-type]
         speculative_config=speculative_config,
     )
 
@@ -120,11 +140,12 @@ def kv_cache_spec(vllm_config: VllmConfig, sliding_window: int | None = None) ->
     """The KV-cache spec vLLM would give a full-attention (or sliding-window) layer."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
-    common = dict(
+    model = vllm_config.model_config
+    common: dict[str, Any] = dict(
         block_size=vllm_config.cache_config.block_size,
-        num_kv_heads=NUM_KV_HEADS,
-        head_size=vllm_config.model_config.get_head_size(),
-        dtype=vllm_config.model_config.dtype,
+        num_kv_heads=model.get_num_kv_heads(vllm_config.parallel_config),
+        head_size=model.get_head_size(),
+        dtype=model.dtype,
     )
     if sliding_window is not None:
         return SlidingWindowSpec(sliding_window=sliding_window, **common)
@@ -152,13 +173,14 @@ def attention_layer(
 
     name = f"model.layers.{layer_index}.self_attn.attn"
     if name not in vllm_config.compilation_config.static_forward_context:
-        head_size = vllm_config.model_config.get_head_size()
+        model = vllm_config.model_config
+        head_size = model.get_head_size()
         with set_current_vllm_config(vllm_config):
             Attention(
-                NUM_HEADS,
+                model.get_num_attention_heads(vllm_config.parallel_config),
                 head_size,
                 head_size**-0.5,
-                num_kv_heads=NUM_KV_HEADS,
+                num_kv_heads=model.get_num_kv_heads(vllm_config.parallel_config),
                 cache_config=vllm_config.cache_config,
                 per_layer_sliding_window=sliding_window,
                 prefix=name,
@@ -262,9 +284,12 @@ a decode, a new prompt, then the next chunk of a long prompt with 8192 cached to
 query length, so the row with context comes after the new prompt."""
 
 
+def v2_order_lens() -> tuple[list[int], list[int]]:
+    """Query and sequence lengths of :data:`V2_ORDER_EXAMPLE`."""
+    return [q for q, _ in V2_ORDER_EXAMPLE], [q + c for q, c in V2_ORDER_EXAMPLE]
+
+
 def v2_order_batch(**kwargs: Any) -> CommonAttentionMetadata:
     """:data:`V2_ORDER_EXAMPLE` as a real ``CommonAttentionMetadata`` (with the upper bound, as
     model-runner V2's main step passes it)."""
-    return make_batch(
-        [q for q, _ in V2_ORDER_EXAMPLE], [q + c for q, c in V2_ORDER_EXAMPLE], **kwargs
-    )
+    return make_batch(*v2_order_lens(), **kwargs)

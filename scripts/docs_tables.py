@@ -1,0 +1,167 @@
+"""Write the docs' result tables from the results files (never copied by hand).
+
+  python scripts/docs_tables.py           rewrite the generated blocks in docs/*.md
+  python scripts/docs_tables.py --check   exit 1 if a generated block is out of date
+
+A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``:
+- ``releases``: ``compat/results.json`` (``bash scripts/nox -s compat``) with the release facts of
+  ``vllm_rocm_aiter_plugin/releases.py``;
+- ``bench``: ``benchmarks/results/bench.json`` (``bash scripts/nox -s bench``);
+- ``trace`` and ``trace-forward``: ``benchmarks/results/serving_trace.json``
+  (``bash scripts/nox -s trace``).
+Needs nothing but the standard library and the package's stdlib-only modules (``releases``,
+``diagnostics/tables``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from vllm_rocm_aiter_plugin.diagnostics import tables  # noqa: E402 (stdlib only)
+
+BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+
+
+def _releases():
+    path = os.path.join(ROOT, "vllm_rocm_aiter_plugin", "releases.py")
+    spec = importlib.util.spec_from_file_location("_releases", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load(relative: str) -> object:
+    with open(os.path.join(ROOT, relative)) as f:
+        return json.load(f)
+
+
+def releases_table() -> str:
+    facts = _releases()
+    rows = _load("compat/results.json")
+    assert isinstance(rows, list)
+    lines = [
+        "| vLLM | stock crashes on EAGLE decode (probed) | stock drops context in V2 order "
+        "(probed) | merge of two empty states is NaN | passed | failed | skipped | seconds |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        nan = "yes" if r["vllm"] in facts.MERGE_NAN_OF_EMPTY_STATES else "no"
+        if "passed" in r:
+            lines.append(
+                f"| {r['vllm']} | {r['affected']} | {r['drops_context']} | {nan} | {r['passed']} "
+                f"| {r['failed']} | {r['skipped']} | {r['seconds']} |"
+            )
+        else:
+            lines.append(f"| {r['vllm']} | - | - | {nan} | - | - | - | {r.get('error', '')} |")
+    tested = sum(1 for r in rows if r["vllm"] in facts.TESTED)
+    green = sum(
+        1 for r in rows if r["vllm"] in facts.TESTED and r.get("passed") and not r["failed"]
+    )
+    return "\n".join([*lines, "", f"Green: {green} of {len(facts.TESTED)} tested releases "
+                      f"({tested} measured)."])  # fmt: skip
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(stock: float | None, plugin: float | None) -> str:
+    return "-" if not stock or not plugin else f"{stock / plugin:.1f}x"
+
+
+def bench_table() -> str:
+    data = _load("benchmarks/results/bench.json")
+    assert isinstance(data, dict)
+    machine = data["machine"]
+    lines = [
+        f"vLLM {machine['vllm']}, torch {machine['torch']}, Python {machine['python']}, "
+        f"{machine['cpu']}, {machine['cores']} cores, torch threads {machine['torch_threads']}; "
+        "medians in µs, stock and plugin timed in alternating rounds; ratio = stock / plugin.",
+        "",
+        "| shape | reqs | tokens | split stock µs | split plugin µs | build stock µs | build plugin "
+        "µs | build ratio | peak MB stock | peak MB plugin |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in data["rows"]:
+        stock_build = (
+            r.get("build_stock_error") or _cell(r.get("build_stock_us"))
+            if r.get("build_stock_us") or r.get("build_stock_error")
+            else "skipped (>8 GB)"
+        )
+        stock_split = r.get("split_stock_error") or _cell(r.get("split_stock_us"), 2)
+        stock_peak = r.get("stock_peak_bytes")
+        plugin_peak = r.get("plugin_peak_bytes")
+        lines.append(
+            f"| {r['shape']} | {r['requests']} | {r['tokens']} | {stock_split} "
+            f"| {_cell(r['split_plugin_us'], 2)} | {stock_build} | {_cell(r['build_plugin_us'])} "
+            f"| {_ratio(r.get('build_stock_us'), r['build_plugin_us'])} "
+            f"| {_cell(stock_peak / 1e6 if stock_peak else None, 2)} "
+            f"| {_cell(plugin_peak / 1e6 if plugin_peak else None, 2)} |"
+        )
+    return "\n".join(lines)
+
+
+def _trace() -> dict:
+    data = _load("benchmarks/results/serving_trace.json")
+    assert isinstance(data, dict)
+    return data
+
+
+def trace_table() -> str:
+    data = _trace()
+    return tables.trace_table(data["rows"], data["machine"])
+
+
+def trace_forward_table() -> str:
+    return tables.trace_forward_table(_trace()["rows"])
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "releases": releases_table,
+    "bench": bench_table,
+    "trace": trace_table,
+    "trace-forward": trace_forward_table,
+}
+
+
+def render(text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        return f"{match.group(1)}{TABLES[match.group(2)]()}\n{match.group(4)}"
+
+    return BLOCK.sub(replace, text)
+
+
+def main(argv: list[str]) -> int:
+    check = argv == ["--check"]
+    stale = []
+    docs = os.path.join(ROOT, "docs")
+    for name in sorted(os.listdir(docs)):
+        if not name.endswith(".md"):
+            continue
+        path = os.path.join(docs, name)
+        with open(path) as f:
+            text = f.read()
+        new = render(text)
+        if new != text:
+            stale.append(name)
+            if not check:
+                with open(path, "w") as f:
+                    f.write(new)
+    if check and stale:
+        print(f"docs_tables: out of date: {', '.join(stale)}; run python scripts/docs_tables.py")
+        return 1
+    print(f"docs_tables: {'rewrote ' + ', '.join(stale) if stale else 'up to date'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,74 @@
+"""What every forward tier asserts about a case's report (CPU tier, GPU tier, MI300 tier).
+
+Expectations come from the installed release: stock's own regions and context chunks in the
+report, what this release's merge does with two empty states (run, not looked up), and whether
+stock's split crashes on EAGLE's pure-decode batch (``tests/vllm_releases.py``).
+"""
+
+from __future__ import annotations
+
+from tests import vllm_releases
+
+WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM
+
+
+def bad_rows(result: dict, tolerance: float) -> set[str]:
+    """Requests whose output is not finite or is off the reference."""
+    return {r["req_id"] for r in result["rows"] if r["nan"] or r["error"] > tolerance}
+
+
+def nan_rows(result: dict) -> set[str]:
+    return {r["req_id"] for r in result["rows"] if r["nan"]}
+
+
+def expected_stock_wrong(case: dict, merge_nan: bool) -> set[str]:
+    """Stock's rows that must be wrong: rows with context in its prefill region (that kernel
+    attends to the new tokens only), and, where this release's merge makes NaN of two empty
+    states, rows without context in an extend region of two chunks or more."""
+    stock = case["stock"]
+    wrong = {r["req_id"] for r in stock["rows"] if r["region"] == "prefill" and r["context"]}
+    if merge_nan and stock["chunks"] >= 2:
+        wrong |= {
+            r["req_id"] for r in stock["rows"] if r["region"] == "extend" and not r["context"]
+        }
+    return wrong
+
+
+def check_plugin(case: dict) -> None:
+    """Every request of the plugin's step equals its reference; no NaN or inf anywhere."""
+    plugin = case["plugin"]
+    assert "error" not in plugin, plugin.get("traceback", plugin.get("error"))
+    assert len(plugin["rows"]) == len(case["order_ids"])
+    assert nan_rows(plugin) == set(), f"{case['case']}: NaN or inf in the plugin's output"
+    assert bad_rows(plugin, case["tolerance"]) == set(), case["case"]
+
+
+def check_stock(case: dict, merge_nan: bool) -> None:
+    """Stock is wrong exactly where it drops context (or crashes, on the affected releases)."""
+    stock = case["stock"]
+    if "error" in stock:  # the EAGLE crash: a pure-decode batch without the upper bound
+        assert vllm_releases.installed_is_affected(), stock["error"]
+        assert stock["error"].startswith("build raises AssertionError"), stock["error"]
+        return
+    assert bad_rows(stock, case["tolerance"]) == expected_stock_wrong(case, merge_nan), case["case"]
+
+
+def check_chunks(case: dict) -> None:
+    """On a V2-ordered step, no more context chunks than stock's for the same requests in V1
+    order, each within the workspace."""
+    plugin = case["plugin"]
+    assert plugin.get("largest_chunk_tokens", 0) <= WORKSPACE_TOKENS
+    if case["order"] != "v2":
+        return
+    if isinstance(case["v1_stock_chunks"], str):  # stock cannot build it (the EAGLE crash)
+        assert vllm_releases.installed_is_affected(), case["v1_stock_chunks"]
+        return
+    assert plugin["chunks"] <= case["v1_stock_chunks"], case["case"]
+
+
+def check_case(report: dict, name: str) -> None:
+    """Every assertion of the forward tiers on one case of ``report``."""
+    case = next(c for c in report["cases"] if c["case"] == name)
+    check_plugin(case)
+    check_stock(case, report["merge_makes_nan_of_empty_states"])
+    check_chunks(case)

@@ -1,0 +1,106 @@
+"""The forward tier on CPU: vLLM's real ROCM_AITER_FA forward judged by each request's output.
+
+One child process (Triton's interpreter environment) runs every case of
+``diagnostics/forward/cases.py`` plus steps of vLLM's Scheduler through vLLM's ``Attention`` layer,
+custom ops, ``AiterFlashAttentionImpl`` and vLLM's own Triton kernels (merge, gather), with stock's
+backend and the plugin's; only AITER's compiled kernels and vLLM's C cache op are torch references.
+Each request's output is compared with plain attention over its whole context and its own new
+tokens. Expectations come from the installed release: stock's regions, stock's context chunks,
+and what this release's merge does with two empty states (run here, not looked up).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import forward_checks, vllm_releases
+from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
+
+pytestmark = [pytest.mark.cpu, pytest.mark.subprocess, pytest.mark.forward]
+
+CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    result = runner.run_in_child(scheduler_steps=True, control=CONTROL_CASES)
+    if "unavailable" in result:
+        pytest.skip(result["unavailable"])
+    return result
+
+
+def _case(report: dict, name: str) -> dict:
+    return next(c for c in report["cases"] if c["case"] == name)
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_plugin_output_equals_the_reference_for_every_request(report, name):
+    forward_checks.check_plugin(_case(report, name))
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_stock_is_wrong_exactly_where_it_drops_context(report, name):
+    forward_checks.check_stock(_case(report, name), report["merge_makes_nan_of_empty_states"])
+
+
+def test_stock_drops_context_somewhere_on_every_release(report):
+    """Control: the stock expectations above are not vacuous on this release."""
+    wrong = [
+        c["case"]
+        for c in report["cases"]
+        if "rows" in c["stock"] and forward_checks.bad_rows(c["stock"], c["tolerance"])
+    ]
+    assert bool(wrong) == vllm_releases.installed_drops_context_in_v2_order()
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES if c.order == "v2"])
+def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(report, name):
+    forward_checks.check_chunks(_case(report, name))
+
+
+def test_64_prompts_need_one_context_chunk_where_stock_sizing_needs_17(report):
+    """64 new prompts and one continuation with 8192 cached tokens, in V2 order: sized by the
+    rows that gather context, one chunk; sized as vLLM's build() does (all 65 extend rows), 17."""
+    case = _case(report, "64-prompts-v2")
+    assert case["plugin"]["chunks"] == 1
+    assert case["plugin-vllm-build"]["chunks"] == 17
+    assert forward_checks.bad_rows(case["plugin-vllm-build"], case["tolerance"]) == set()
+
+
+def test_the_plugins_impl_is_what_keeps_empty_chunks_finite(report):
+    """Control: the plugin's builder with vLLM's own impl on a two-chunk extend region holding a
+    new prompt. NaN exactly where this release's merge makes NaN of two empty states."""
+    case = _case(report, "multi-chunk-v2")
+    control = case["plugin-builder-only"]
+    assert control["chunks"] == 2
+    context_free = {
+        r["req_id"] for r in control["rows"] if r["region"] == "extend" and not r["context"]
+    }
+    assert context_free == {"new-prompt"}
+    expected = context_free if report["merge_makes_nan_of_empty_states"] else set()
+    assert forward_checks.nan_rows(control) == expected
+    assert forward_checks.nan_rows(case["plugin"]) == set()
+
+
+def test_steps_of_vllms_scheduler(report):
+    """Steps of vLLM's Scheduler on the serving trace's workloads where stock drops context in
+    V2 order, in V2 and V1 order: the plugin is right on every request; stock only in V1."""
+    cases = [c for c in report["cases"] if c["case"].startswith("scheduler-")]
+    assert len(cases) == 2 * len(runner.SCHEDULER_WORKLOADS)
+    merge_nan = report["merge_makes_nan_of_empty_states"]
+    for case in cases:
+        forward_checks.check_plugin(case)
+        forward_checks.check_stock(case, merge_nan)
+        forward_checks.check_chunks(case)
+        assert bool(forward_checks.expected_stock_wrong(case, merge_nan)) == (
+            case["order"] == "v2"
+        ), case["case"]
+
+
+def test_vllms_own_kernels_ran(report):
+    """vLLM's Triton gather ran (and checked every reference gather); the merge is vLLM's own."""
+    assert report["gather"].startswith("vLLM's")
+    calls = report["gather_calls"]
+    assert calls["kernel"] > 0
+    assert calls["reference"] == 0 or calls["kernel_checked_tokens"] > 0

@@ -1,0 +1,343 @@
+"""The forward cases (one list for the CPU tier, the MI300 tier, the demo and the doctor), how a
+case becomes a real step, and the dense per-request reference its output is judged against.
+
+A case is a set of requests as the scheduler hands them over (cached tokens, tokens scheduled
+now, draft tokens, prompt length) and the runner order to lay them out in: ``v2`` (model-runner V2,
+the installed vLLM's own sort) or ``v1`` (vLLM's V1 reorder). The reference for a request is plain
+causal attention over its whole context plus its own new tokens (sliding window where set), in
+float32, from the very K/V values written into the cache: it never reads the cache or any
+metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from vllm_rocm_aiter_plugin.diagnostics.forward.reference_kernels import attend
+
+if TYPE_CHECKING:
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order
+
+TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
+"""Largest |output - reference| accepted for a request (outputs are O(1))."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One scheduled request: cached tokens, tokens scheduled now, draft tokens among them, and
+    its prompt length (a request whose context covers its prompt is decoding)."""
+
+    req_id: str
+    context_len: int
+    query_len: int
+    num_drafts: int = 0
+    prompt_len: int | None = None  # None: the prompt is done (a decode)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.context_len if self.prompt_len is None else self.prompt_len
+
+
+def decode(req_id: str, context: int, query: int = 1, drafts: int = 0) -> Request:
+    return Request(req_id, context, query, drafts)
+
+
+def prompt(req_id: str, query: int) -> Request:
+    """A new prompt scheduled whole: no context."""
+    return Request(req_id, 0, query, prompt_len=query)
+
+
+def chunk(req_id: str, context: int, query: int) -> Request:
+    """The next chunk of a long prompt, or a prompt whose prefix was cached: it has context."""
+    return Request(req_id, context, query, prompt_len=context + query + 1)
+
+
+@dataclass(frozen=True)
+class ForwardCase:
+    name: str
+    requests: tuple[Request, ...]
+    order: str  # "v2" or "v1"
+    spec_tokens: int = 0
+    sliding_window: int | None = None
+    dtype: str = "float16"
+    head_size: int = 64
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    block_size: int = 16
+    num_padded_reqs: int = 0  # zero-length requests appended (model-runner V2, CUDA graphs)
+    num_padding_tokens: int = 0  # num_actual_tokens past the last offset (CUDA-graph padding)
+    with_upper_bound: bool = True
+    max_query_len: int | None = None  # what the runner passes (EAGLE's drafts pass 1)
+    note: str = ""
+
+    @property
+    def threshold(self) -> int:
+        return 1 + self.spec_tokens
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> ForwardCase:
+        requests = tuple(Request(**r) for r in data["requests"])
+        return cls(**{**data, "requests": requests})
+
+    def ordered(self, order: str | None = None) -> list[Request]:
+        """The requests in runner order (vLLM's own sort or reorder)."""
+        by_id = {r.req_id: r for r in self.requests}
+        tokens = {r.req_id: r.query_len for r in self.requests}
+        if (order or self.order) == "v2":
+            drafts = {r.req_id: [0] * r.num_drafts for r in self.requests if r.num_drafts}
+            ids = v2_order(tokens, drafts, self.threshold)
+        else:
+            ids = v1_order(
+                tokens,
+                {r.req_id: r.context_len for r in self.requests},
+                {r.req_id: r.prompt_tokens for r in self.requests},
+                self.threshold,
+            )
+        return [by_id[i] for i in ids]
+
+
+@dataclass
+class StepTensors:
+    """A step laid out for the kernels: the batch, the K/V values written into the cache, the
+    new tokens' q/k/v, and where each request's rows are."""
+
+    requests: list[Request]
+    query_lens: list[int]
+    seq_lens: list[int]
+    batch: CommonAttentionMetadata
+    num_blocks: int
+    context_slots: torch.Tensor
+    context_k: torch.Tensor
+    context_v: torch.Tensor
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    context_rows: list[slice] = field(default_factory=list)  # per request, in context_k
+    token_rows: list[slice] = field(default_factory=list)  # per request, in query
+
+
+def lay_out(
+    case: ForwardCase, requests: Sequence[Request], device: torch.device, seed: int = 0
+) -> StepTensors:
+    """The real ``CommonAttentionMetadata`` for ``requests`` in this order (blocks drawn at random
+    from one pool, so a wrong block-table row cannot go unnoticed) and random q/k/v values."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    generator = torch.Generator().manual_seed(seed)
+    dtype = getattr(torch, case.dtype)
+    bs = case.block_size
+    query_lens = [r.query_len for r in requests] + [0] * case.num_padded_reqs
+    seq_lens = [r.context_len + r.query_len for r in requests] + [0] * case.num_padded_reqs
+    blocks_per_req = [-(-s // bs) for s in seq_lens]
+    num_blocks = max(sum(blocks_per_req), 1)
+    pool = torch.randperm(num_blocks, generator=generator).tolist()
+    width = max([*blocks_per_req, 1])
+    table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    taken = 0
+    for row, count in enumerate(blocks_per_req):
+        table[row, :count] = torch.tensor(pool[taken : taken + count], dtype=torch.int32)
+        taken += count
+
+    def slots(row: int, start: int, end: int) -> torch.Tensor:
+        positions = torch.arange(start, end)
+        return table[row, positions // bs].long() * bs + positions % bs
+
+    total = sum(query_lens)
+    num_tokens = total + case.num_padding_tokens
+    slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64)
+    context_slots, context_rows, token_rows = [], [], []
+    token, ctx_token = 0, 0
+    for row, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        slot_mapping[token : token + q] = slots(row, s - q, s)
+        token_rows.append(slice(token, token + q))
+        context_slots.append(slots(row, 0, s - q))
+        context_rows.append(slice(ctx_token, ctx_token + s - q))
+        token += q
+        ctx_token += s - q
+    offsets = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
+    offsets[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
+    seq = torch.tensor(seq_lens, dtype=torch.int32)
+
+    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    extra: dict[str, Any] = {}
+    if "seq_lens_cpu_upper_bound" in fields and case.with_upper_bound:
+        extra["seq_lens_cpu_upper_bound"] = seq.clone()
+    batch = CommonAttentionMetadata(
+        query_start_loc=offsets.to(device),
+        query_start_loc_cpu=offsets,
+        seq_lens=seq.to(device),
+        num_reqs=len(query_lens),
+        num_actual_tokens=num_tokens,
+        max_query_len=case.max_query_len or max(query_lens, default=0),
+        max_seq_len=max(seq_lens, default=0),
+        block_table_tensor=table.to(device),
+        slot_mapping=slot_mapping.to(device),
+        **extra,
+    )
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator).to(dtype).to(device)
+
+    num_context = ctx_token
+    hk, h, d = case.num_kv_heads, case.num_heads, case.head_size
+    return StepTensors(
+        requests=list(requests),
+        query_lens=query_lens,
+        seq_lens=seq_lens,
+        batch=batch,
+        num_blocks=num_blocks,
+        context_slots=torch.cat(context_slots).to(device) if context_slots else torch.empty(0),
+        context_k=randn(num_context, hk, d),
+        context_v=randn(num_context, hk, d),
+        query=randn(num_tokens, h, d),
+        key=randn(num_tokens, hk, d),
+        value=randn(num_tokens, hk, d),
+        context_rows=context_rows,
+        token_rows=token_rows,
+    )
+
+
+def dense_reference(case: ForwardCase, step: StepTensors, row: int) -> torch.Tensor:
+    """Request ``row``'s true attention output, float32 [query_len, heads, head_size]."""
+    ctx, tok = step.context_rows[row], step.token_rows[row]
+    keys = torch.cat([step.context_k[ctx], step.key[tok]])
+    values = torch.cat([step.context_v[ctx], step.value[tok]])
+    window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
+    out, _ = attend(step.query[tok], keys, values, case.head_size**-0.5, True, window)
+    return out
+
+
+# The case list. Threshold 1 unless spec_tokens says otherwise; heads 2, kv heads 1, head 64, fp16
+# unless a case says otherwise (small, so that vLLM's Triton kernels stay quick in the
+# interpreter). Context 20000 needs two workspace chunks once two rows share the workspace.
+V2_EXAMPLE = (decode("decode", 900), prompt("new-prompt", 50), chunk("continuation", 8192, 800))
+MULTI_CHUNK = (
+    decode("decode", 900),
+    prompt("new-prompt", 50),
+    chunk("continuation-a", 20000, 300),
+    chunk("continuation-b", 17000, 200),
+)
+SIXTY_FOUR_PROMPTS = (
+    *(prompt(f"prompt-{i:02d}", 2 + i % 5) for i in range(64)),
+    chunk("continuation", 8192, 40),
+)
+EAGLE_MIXED = (
+    decode("decode-a", 300, 4, 3),
+    decode("decode-b", 77, 4, 3),
+    decode("decode-c", 40, 2, 1),
+    prompt("short-prompt", 2),
+    prompt("prompt", 9),
+    chunk("prefix-hit", 5000, 70),
+    prompt("long-prompt", 120),
+)
+V1_MIXED = (
+    decode("decode-a", 37),
+    decode("decode-b", 1200),
+    chunk("short-extend", 300, 1),
+    chunk("extend-a", 700, 40),
+    chunk("extend-b", 90, 17),
+    prompt("prompt-a", 33),
+    prompt("prompt-b", 8),
+)
+
+CASES: tuple[ForwardCase, ...] = (
+    ForwardCase("v1-mixed", V1_MIXED, "v1", head_size=128, num_heads=4, num_kv_heads=2),
+    ForwardCase("v2-example", V2_EXAMPLE, "v2", note="the README's example"),
+    ForwardCase("v2-example-bf16", V2_EXAMPLE, "v2", dtype="bfloat16"),
+    ForwardCase(
+        "v2-context-20000",
+        (decode("decode", 900), prompt("new-prompt", 50), chunk("continuation", 20000, 300)),
+        "v2",
+        note="the issue's NaN example: one context chunk per row once sized by rows with context",
+    ),
+    ForwardCase("multi-chunk-v1", MULTI_CHUNK, "v1"),
+    ForwardCase(
+        "multi-chunk-v2", MULTI_CHUNK, "v2", note="a context-free row in a 2-chunk extend region"
+    ),
+    ForwardCase("64-prompts-v2", SIXTY_FOUR_PROMPTS, "v2", note="chunks: 1, stock's formula 17"),
+    ForwardCase("64-prompts-v1", SIXTY_FOUR_PROMPTS, "v1"),
+    ForwardCase(
+        "eagle-pure-decode-no-upper-bound",
+        tuple(decode(f"decode-{i}", 40 + 31 * i, 4, 3) for i in range(5)),
+        "v2",
+        spec_tokens=3,
+        with_upper_bound=False,
+        note="the EAGLE crash of 0.20.0-0.23.0",
+    ),
+    ForwardCase(
+        "eagle-drafts-padded",
+        tuple(decode(f"draft-{i}", 100 + 7 * i) for i in range(5)),
+        "v2",
+        spec_tokens=3,
+        with_upper_bound=False,
+        max_query_len=1,
+        num_padded_reqs=3,
+        note="model-runner V2's EAGLE draft step: padded requests, no upper bound",
+    ),
+    ForwardCase("eagle-mixed-v2", EAGLE_MIXED, "v2", spec_tokens=3),
+    ForwardCase(
+        "v1-eagle-short-prompt-multi-chunk",
+        (
+            decode("decode", 300, 4, 3),
+            chunk("continuation-a", 20000, 40),
+            chunk("continuation-b", 17000, 30),
+            prompt("short-prompt", 2),
+            prompt("prompt", 60),
+        ),
+        "v1",
+        spec_tokens=3,
+        note="V1 order can put a context-free short prompt in a multi-chunk extend region too",
+    ),
+    ForwardCase("v2-padding-tokens", V2_EXAMPLE, "v2", num_padding_tokens=5),
+    ForwardCase(
+        "doctor-multi-chunk-v2",
+        (
+            prompt("new-prompt", 2),
+            *(chunk(f"continuation-{i:02d}", 1, 3) for i in range(16)),
+            chunk("long-context", 2000, 4),
+        ),
+        "v2",
+        note="a new prompt in a two-chunk extend region, small enough for the doctor",
+    ),
+    ForwardCase("sliding-window-v2", V2_EXAMPLE, "v2", sliding_window=256),
+    ForwardCase("sliding-window-v1", V2_EXAMPLE, "v1", sliding_window=256),
+)
+
+CASES_BY_NAME = {case.name: case for case in CASES}
+DOCTOR_CASE = "doctor-multi-chunk-v2"
+
+
+def from_scheduler_step(name: str, step: dict, order: str, **settings: object) -> ForwardCase:
+    """A case from one step of vLLM's Scheduler (:mod:`..scheduler_trace`)."""
+    requests = tuple(
+        Request(
+            req_id,
+            step["computed"][req_id],
+            tokens,
+            len(step["drafts"].get(req_id, ())),
+            step["prompt_lens"][req_id],
+        )
+        for req_id, tokens in step["num_tokens"].items()
+    )
+    return ForwardCase(name, requests, order, **settings)  # type: ignore[arg-type]
+
+
+def stock_drops_context(case: ForwardCase) -> bool:
+    """Whether the installed vLLM's stock split puts a row with context of this case's step, laid
+    out in its order, in the prefill region (runs the split on host tensors)."""
+    from vllm.v1.attention.backends.utils import split_decodes_prefills_and_extends
+
+    from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
+
+    step = lay_out(case, case.ordered(), torch.device("cpu"))
+    counts = split_decodes_prefills_and_extends(step.batch, decode_threshold=case.threshold)
+    return bool(context_rows_in_prefill(counts, step.query_lens, step.seq_lens))

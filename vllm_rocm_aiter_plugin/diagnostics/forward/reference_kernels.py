@@ -1,0 +1,389 @@
+"""Torch references for the compiled kernels ROCM_AITER_FA's forward calls that cannot run without
+ROCm: AITER's ``flash_attn_varlen_func``, ``paged_attention_v1`` and Triton ``unified_attention``,
+vLLM's C op ``reshape_and_cache_flash``, and, for calls too large for the Triton interpreter,
+``cp_mha_gather_cache``.
+
+Each has the signature vLLM calls it with and the kernel's documented semantics:
+- causal masks are aligned to the bottom right (a query's position is ``seqlen_k - seqlen_q + i``);
+- a sliding window ``(left, right)`` keeps keys within ``[pos - left, pos + right]``;
+- a query with no key to attend to gives output 0 and lse -inf;
+- rows past the last offset are never written (the caller's buffer keeps whatever it held).
+Each checks the arguments its kernel relies on (dtypes, shapes, offsets, that the declared maxima
+cover the real lengths) and raises ``LauncherError`` naming what is wrong.
+
+``installed()`` makes them importable the way vLLM imports them (``aiter``,
+``aiter.ops.triton.unified_attention``, ``torch.ops.aiter.paged_attention_v1``,
+``torch.ops._C_cache_ops.reshape_and_cache_flash``) for the duration of a ``with`` block, only
+where the real ones are absent. The first run on an MI300 checks the semantics assumed here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import itertools
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+class LauncherError(AssertionError):
+    """vLLM called a kernel with arguments the kernel cannot take."""
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise LauncherError(message)
+
+
+def _offsets(name: str, offsets: torch.Tensor) -> list[int]:
+    _check(offsets.dim() == 1, f"{name} must be 1-D, got {tuple(offsets.shape)}")
+    _check(offsets.dtype == torch.int32, f"{name} must be int32, got {offsets.dtype}")
+    values = offsets.tolist()
+    _check(values[0] == 0, f"{name} must start at 0, got {values[0]}")
+    _check(all(b >= a for a, b in itertools.pairwise(values)), f"{name} decreases: {values}")
+    return values
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    causal: bool,
+    window: tuple[int, int] = (-1, -1),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence: q [sq, heads, d], k/v [sk, kv_heads, d] -> (out [sq, heads, d] float32,
+    lse [heads, sq] float32), bottom-right aligned; rows with no key give 0 and -inf."""
+    sq, heads, _ = q.shape
+    sk, kv_heads = k.shape[0], k.shape[1]
+    _check(heads % kv_heads == 0, f"{heads} query heads do not divide into {kv_heads} kv heads")
+    if sq == 0 or sk == 0:
+        out = torch.zeros(sq, heads, v.shape[-1], dtype=torch.float32, device=q.device)
+        return out, torch.full((heads, sq), float("-inf"), device=q.device)
+    group = heads // kv_heads
+    keys = k.float().repeat_interleave(group, dim=1)
+    values = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), keys) * scale
+    q_pos = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    k_pos = torch.arange(sk, device=q.device)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        keep &= k_pos <= q_pos
+    left, right = window
+    if left >= 0:
+        keep &= k_pos >= q_pos - left
+    if right >= 0:
+        keep &= k_pos <= q_pos + right
+    scores = scores.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # [heads, sq]; -inf where nothing is kept
+    probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+    out = torch.einsum("hqk,khd->qhd", probs, values)
+    return out, lse
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    min_seqlen_q: int | None = None,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    return_lse: bool = False,
+    out: torch.Tensor | None = None,
+    sink_ptr: torch.Tensor | None = None,
+) -> Any:
+    """``aiter.flash_attn_varlen_func``: varlen attention of packed q over packed k/v."""
+    _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
+    _check(k.dtype == q.dtype and v.dtype == q.dtype, "q, k and v must share a dtype")
+    _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "q, k, v must be [tokens, heads, d]")
+    _check(dropout_p == 0.0, "dropout is not used at inference")
+    _check(alibi_slopes is None and sink_ptr is None, "alibi and sinks are not referenced here")
+    qo, ko = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
+    _check(len(qo) == len(ko), f"{len(qo) - 1} query sequences but {len(ko) - 1} key sequences")
+    _check(qo[-1] <= q.shape[0], f"cu_seqlens_q ends at {qo[-1]} past {q.shape[0]} query rows")
+    _check(ko[-1] <= k.shape[0], f"cu_seqlens_k ends at {ko[-1]} past {k.shape[0]} key rows")
+    q_lens = [b - a for a, b in itertools.pairwise(qo)]
+    k_lens = [b - a for a, b in itertools.pairwise(ko)]
+    _check(max(q_lens, default=0) <= max_seqlen_q, f"max_seqlen_q {max_seqlen_q} < {max(q_lens)}")
+    _check(max(k_lens, default=0) <= max_seqlen_k, f"max_seqlen_k {max_seqlen_k} < {max(k_lens)}")
+    scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    window = (window_size[0], window_size[1]) if window_size is not None else (-1, -1)
+    if out is None:
+        out = torch.empty_like(q)
+    else:
+        _check(out.shape == q.shape and out.dtype == q.dtype, "out must be like q")
+    lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+    for i in range(len(q_lens)):
+        o, s = attend(
+            q[qo[i] : qo[i + 1]], k[ko[i] : ko[i + 1]], v[ko[i] : ko[i + 1]], scale, causal, window
+        )
+        out[qo[i] : qo[i + 1]] = o.to(out.dtype)
+        lse[:, qo[i] : qo[i + 1]] = s
+    return (out, lse) if return_lse else out
+
+
+def _paged_keys(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first ``length`` tokens of one sequence from a [blocks, block_size, kv_heads, d] cache."""
+    positions = torch.arange(length, device=cache.device)
+    block_size = cache.shape[1]
+    blocks = block_table[positions // block_size].long()
+    return cache[blocks, positions % block_size]
+
+
+def paged_attention_v1(
+    out: torch.Tensor,
+    workspace_buffer: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    scale: float,
+    block_tables: torch.Tensor,
+    cu_query_lens: torch.Tensor | None,
+    context_lens: torch.Tensor,
+    max_context_len: int,
+    alibi_slopes: torch.Tensor | None,
+    kv_cache_dtype: str,
+    kv_cache_layout: str,
+    logits_soft_cap: float,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    fp8_out_scale: torch.Tensor | None = None,
+    partition_size: int = 256,
+    mtp: int = 1,
+    sliding_window: int = 0,
+) -> None:
+    """``torch.ops.aiter.paged_attention_v1``: one query token per sequence (``mtp`` = 1) against
+    its ``context_lens`` cached tokens; ``sliding_window`` > 0 keeps the last that many."""
+    _check(kv_cache_layout == "NHD", f"kv_cache_layout {kv_cache_layout!r}, expected 'NHD'")
+    _check(kv_cache_dtype == "auto", "fp8 KV caches are not referenced here")
+    _check(mtp == 1, f"mtp {mtp}: the decode path calls this kernel for one token per sequence")
+    _check(alibi_slopes is None and not logits_soft_cap, "alibi and soft cap are not referenced")
+    _check(query.dtype in SUPPORTED_DTYPES, f"query must be fp16 or bf16, got {query.dtype}")
+    num_seqs = context_lens.shape[0]
+    _check(block_tables.shape[0] == num_seqs, "one block-table row per sequence")
+    lengths = context_lens.tolist()
+    _check(max(lengths, default=0) <= max_context_len, f"max_context_len {max_context_len} short")
+    starts = cu_query_lens.tolist() if cu_query_lens is not None else list(range(num_seqs))
+    _check(len(starts) == num_seqs, f"{len(starts)} query offsets for {num_seqs} sequences")
+    for b, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+        if start >= query.shape[0] or length == 0:
+            continue  # a padded sequence: no query token of its own
+        k = _paged_keys(key_cache, block_tables[b], length)
+        v = _paged_keys(value_cache, block_tables[b], length)
+        window = (sliding_window - 1 if sliding_window > 0 else -1, 0)
+        o, _ = attend(query[start : start + 1], k, v, scale, True, window)
+        out[start : start + 1] = o.to(out.dtype)
+
+
+def unified_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    max_seqlen_q: int,
+    seqused_k: torch.Tensor,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_size: tuple[int, int],
+    block_table: torch.Tensor,
+    softcap: float,
+    q_descale: torch.Tensor | None,
+    k_descale: torch.Tensor | None,
+    v_descale: torch.Tensor | None,
+    alibi_slopes: torch.Tensor | None = None,
+    sinks: torch.Tensor | None = None,
+    **unused: Any,
+) -> None:
+    """``aiter.ops.triton.unified_attention.unified_attention``: varlen queries against paged
+    keys (``seqused_k`` per sequence), causal bottom-right, with a sliding window."""
+    _check(not unused, f"unexpected arguments {sorted(unused)}")
+    _check(causal, "the decode path calls unified_attention causally")
+    _check(not softcap and alibi_slopes is None and sinks is None, "soft cap, alibi, sinks unused")
+    _check(q_descale is None, "fp8 queries are not referenced here")
+    _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
+    qo = _offsets("cu_seqlens_q", cu_seqlens_q)
+    lengths = seqused_k.tolist()
+    _check(len(qo) == len(lengths) + 1, f"{len(qo) - 1} query sequences, {len(lengths)} lengths")
+    _check(block_table.shape[0] >= len(lengths), "one block-table row per sequence")
+    q_lens = [b - a for a, b in itertools.pairwise(qo)]
+    _check(max(q_lens, default=0) <= max_seqlen_q, f"max_seqlen_q {max_seqlen_q} short")
+    _check(max(lengths, default=0) <= max_seqlen_k, f"max_seqlen_k {max_seqlen_k} short")
+    for b, length in enumerate(lengths):
+        rows = slice(qo[b], qo[b + 1])
+        if qo[b + 1] == qo[b]:
+            continue
+        _check(length >= q_lens[b], f"sequence {b}: {length} keys for {q_lens[b]} queries")
+        keys = _paged_keys(k, block_table[b], length)
+        values = _paged_keys(v, block_table[b], length)
+        o, _ = attend(q[rows], keys, values, softmax_scale, True, (window_size[0], window_size[1]))
+        out[rows] = o.to(out.dtype)
+
+
+def reshape_and_cache_flash(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache_dtype: str,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+) -> None:
+    """vLLM's ``_C_cache_ops.reshape_and_cache_flash``: token ``i`` goes to slot
+    ``slot_mapping[i]`` of a [blocks, block_size, kv_heads, d] cache; negative slots (padding)
+    are skipped. The slot mapping's length is the number of tokens written."""
+    _check(kv_cache_dtype == "auto", "fp8 KV caches are not referenced here")
+    _check(slot_mapping.dim() == 1, "slot_mapping must be 1-D")
+    n = slot_mapping.shape[0]
+    _check(key.shape[0] >= n and value.shape[0] >= n, "fewer tokens than slots")
+    _check(key_cache.shape[2:] == key.shape[1:], "key rows and cache rows differ in shape")
+    slots = slot_mapping.long()
+    valid = slots >= 0
+    block_size = key_cache.shape[1]
+    _check(bool((slots[valid] < key_cache.shape[0] * block_size).all()), "slot past the cache")
+    blocks, offsets = slots[valid] // block_size, slots[valid] % block_size
+    key_cache[blocks, offsets] = key[:n][valid].to(key_cache.dtype)
+    value_cache[blocks, offsets] = value[:n][valid].to(value_cache.dtype)
+
+
+def cp_mha_gather_cache(
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_tables: torch.Tensor,
+    k_scales: torch.Tensor,
+    v_scales: torch.Tensor,
+    cu_seqlens_kv: torch.Tensor,
+    token_to_batch: torch.Tensor,
+    seq_starts: torch.Tensor,
+    dequant: bool,
+    kv_cache_layout: str,
+    total_tokens: int,
+) -> None:
+    """vLLM's ``cp_mha_gather_cache``: workspace token ``t`` of request ``b = token_to_batch[t]``
+    is the cached token at position ``seq_starts[b] + t - cu_seqlens_kv[b]``."""
+    _check(kv_cache_layout == "NHD" and not dequant, "only the NHD bf16/fp16 layout is referenced")
+    _check(total_tokens <= key.shape[0], f"{total_tokens} tokens for a {key.shape[0]} workspace")
+    if total_tokens == 0:
+        return
+    offsets = _offsets("cu_seqlens_kv", cu_seqlens_kv)
+    _check(offsets[-1] == total_tokens, f"cu_seqlens_kv ends at {offsets[-1]}, not {total_tokens}")
+    t = torch.arange(total_tokens, device=key.device)
+    b = token_to_batch[:total_tokens].long()
+    _check(
+        bool((b >= 0).all() and (b < block_tables.shape[0]).all()), "token_to_batch out of range"
+    )
+    positions = seq_starts.long()[b] + t - cu_seqlens_kv.long()[b]
+    block_size = key_cache.shape[1]
+    blocks = block_tables.long()[b, positions // block_size]
+    key[:total_tokens] = key_cache[blocks, positions % block_size]
+    value[:total_tokens] = value_cache[blocks, positions % block_size]
+
+
+def flash_attn_with_kvcache(*args: Any, **kwargs: Any) -> Any:
+    """``aiter.ops.triton.attention.mha_v3.flash_attn_with_kvcache``: the non-causal decode path,
+    which no decoder model takes; not referenced."""
+    raise LauncherError("non-causal decode (flash_attn_with_kvcache) is not referenced here")
+
+
+_PAGED_ATTENTION_SCHEMA = (
+    "paged_attention_v1(Tensor(a!) out, Tensor workspace_buffer, Tensor query, Tensor key_cache, "
+    "Tensor value_cache, float scale, Tensor block_tables, Tensor? cu_query_lens, "
+    "Tensor context_lens, int max_context_len, Tensor? alibi_slopes, str kv_cache_dtype, "
+    "str kv_cache_layout, float logits_soft_cap, Tensor k_scale, Tensor v_scale, "
+    "Tensor? fp8_out_scale=None, int partition_size=256, int mtp=1, int sliding_window=0) -> ()"
+)
+_RESHAPE_AND_CACHE_SCHEMA = (
+    "reshape_and_cache_flash(Tensor key, Tensor value, Tensor(a!) key_cache, "
+    "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor k_scale, "
+    "Tensor v_scale) -> ()"
+)
+
+
+def _has_op(namespace: str, name: str) -> bool:
+    try:
+        torch._C._get_schema(f"{namespace}::{name}", "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _module(name: str, **attributes: Any) -> types.ModuleType:
+    module = types.ModuleType(name, "torch reference (vllm_rocm_aiter_plugin forward tier)")
+    module.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
+    module.__path__ = []  # a package, so that its submodules import
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    return module
+
+
+def aiter_available() -> bool:
+    """Whether the real ``aiter`` imports (it needs ROCm)."""
+    if importlib.util.find_spec("aiter") is None:
+        return False
+    try:
+        import aiter  # noqa: F401
+    except Exception:  # aiter raises all sorts of errors off-ROCm
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[list[str]]:
+    """Within the block, the references stand where vLLM imports the real kernels from, for each
+    one that is absent. Yields the names of what was installed."""
+    names: list[str] = []
+    libraries = []
+    modules: dict[str, types.ModuleType] = {}
+    if not aiter_available():
+        modules = {
+            "aiter": _module("aiter", flash_attn_varlen_func=flash_attn_varlen_func),
+            "aiter.ops": _module("aiter.ops"),
+            "aiter.ops.triton": _module("aiter.ops.triton"),
+            "aiter.ops.triton.unified_attention": _module(
+                "aiter.ops.triton.unified_attention", unified_attention=unified_attention
+            ),
+            "aiter.ops.triton.attention": _module("aiter.ops.triton.attention"),
+            "aiter.ops.triton.attention.mha_v3": _module(
+                "aiter.ops.triton.attention.mha_v3", flash_attn_with_kvcache=flash_attn_with_kvcache
+            ),
+        }
+        names += ["aiter.flash_attn_varlen_func", "aiter...unified_attention"]
+    if not _has_op("aiter", "paged_attention_v1"):
+        library = torch.library.Library("aiter", "FRAGMENT")
+        library.define(_PAGED_ATTENTION_SCHEMA)
+        library.impl("paged_attention_v1", paged_attention_v1, "CompositeExplicitAutograd")
+        libraries.append(library)
+        names.append("torch.ops.aiter.paged_attention_v1")
+    if not _has_op("_C_cache_ops", "reshape_and_cache_flash"):
+        library = torch.library.Library("_C_cache_ops", "FRAGMENT")
+        library.define(_RESHAPE_AND_CACHE_SCHEMA)
+        library.impl(
+            "reshape_and_cache_flash", reshape_and_cache_flash, "CompositeExplicitAutograd"
+        )
+        libraries.append(library)
+        names.append("torch.ops._C_cache_ops.reshape_and_cache_flash")
+    try:
+        with mock.patch.dict(sys.modules, modules):
+            yield names
+    finally:
+        for library in libraries:
+            library._destroy()

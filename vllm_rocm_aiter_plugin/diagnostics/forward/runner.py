@@ -1,0 +1,466 @@
+"""Run forward cases through vLLM's real ROCM_AITER_FA forward, with stock's backend and the
+plugin's, and judge every request's output against its dense reference.
+
+``python -m vllm_rocm_aiter_plugin.diagnostics.forward.runner [--cases NAME ...] [--json PATH]``
+runs in the current process: on CPU start it with ``harness.INTERPRETER_ENV``
+(:func:`run_in_child` does). Each case reports, per backend ("stock", "plugin"): the regions, the
+context chunks, and per request its region, largest error and whether its output has NaN or inf;
+or the exception the build or forward raised. Cases in V2 order also report how many context
+chunks stock's builder makes for the same requests in V1 order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
+from unittest import mock
+
+import torch
+
+from vllm_rocm_aiter_plugin.builder import FAST_BUILD_ENV
+from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+    CASES,
+    CASES_BY_NAME,
+    TOLERANCE,
+    ForwardCase,
+    StepTensors,
+    dense_reference,
+    lay_out,
+)
+
+DEFAULT_GATHER_BUDGET = 2048
+"""Gather calls up to this many tokens run vLLM's Triton kernel (about 2 ms per token and head in
+the interpreter); larger ones run the reference, checked against the kernel on this many tokens."""
+
+RESULT_MARK = "@@FORWARD@@"
+
+
+KINDS = ("stock", "plugin")
+CONTROLS = ("plugin-builder-only", "plugin-vllm-build")
+"""The plugin's builder with vLLM's own impl (what the plugin's impl is there for), and the
+plugin's backend with ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0`` (vLLM's build() code with the
+plugin's split: stock's context chunk sizes)."""
+
+
+def backend_for(kind: str) -> type:
+    """The backend class a kind runs: stock's, the plugin's, a control, or the registered one."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import (
+        AiterFlashAttentionBackend,
+        AiterFlashAttentionImpl,
+    )
+
+    from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
+
+    if kind == "stock":
+        return AiterFlashAttentionBackend
+    if kind in ("plugin", "plugin-vllm-build"):
+        return PluginAiterFlashAttentionBackend
+    if kind == "plugin-builder-only":
+        return type(
+            "PluginBuilderOnlyBackend",
+            (PluginAiterFlashAttentionBackend,),
+            {"get_impl_cls": staticmethod(lambda: AiterFlashAttentionImpl)},
+        )
+    if kind == "registered":
+        return _registered_backend()
+    raise ValueError(f"unknown kind {kind!r}; known: {backends_names()}")
+
+
+def backends_names() -> tuple[str, ...]:
+    return (*KINDS, *CONTROLS, "registered")
+
+
+@functools.cache
+def _registered_backend() -> type:
+    """What ``ROCM_AITER_FA`` resolves to once vLLM has loaded its general plugins."""
+    from vllm.plugins import load_general_plugins
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    load_general_plugins()
+    return AttentionBackendEnum.ROCM_AITER_FA.get_class()
+
+
+class Runner:
+    """One per process: a tiny model directory per head shape, the gather, the references."""
+
+    def __init__(self, device: torch.device, gather_budget: int | None = DEFAULT_GATHER_BUDGET):
+        kernel, origin = harness.vllm_gather_kernel()
+        self.device = device
+        self.gather = harness.Gather(kernel, gather_budget)
+        self.gather_origin = origin
+        self._dirs = tempfile.TemporaryDirectory(prefix="forward-models-")
+        self._configs = 0
+        self.references: list[str] = []
+
+    def close(self) -> None:
+        self._dirs.cleanup()
+
+    def config(self, case: ForwardCase) -> Any:
+        from vllm_rocm_aiter_plugin.diagnostics import samples
+
+        self._configs += 1  # a fresh VllmConfig per backend: layer names are per config
+        directory = os.path.join(self._dirs.name, f"m{self._configs}")
+        samples.write_tiny_llama(directory, case.head_size, case.num_heads, case.num_kv_heads)
+        return samples.tiny_vllm_config(
+            directory,
+            num_speculative_tokens=case.spec_tokens,
+            dtype=case.dtype,
+            block_size=case.block_size,
+            device="cuda" if self.device.type == "cuda" else "cpu",
+        )
+
+    def build(self, case: ForwardCase, kind: str, step: StepTensors) -> tuple[Any, Any, Any]:
+        """(config, layer, metadata) for ``kind``'s backend, through vLLM's build_attn_metadata."""
+        from vllm_rocm_aiter_plugin.diagnostics import samples
+        from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+        from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
+            attention_group,
+            build_through_v2,
+        )
+
+        backend = harness.runnable_backend(backend_for(kind), self.gather)
+        config = self.config(case)
+        name = samples.attention_layer(config, sliding_window=case.sliding_window, backend=backend)
+        layer = config.compilation_config.static_forward_context[name].to(self.device)
+        spec = samples.kv_cache_spec(config, sliding_window=case.sliding_window)
+        with mock.patch.dict(
+            os.environ, {FAST_BUILD_ENV: "0"} if kind == "plugin-vllm-build" else {}
+        ):
+            group = attention_group(backend, config, name, spec, self.device)
+        pinning = unpinned_host_memory() if self.device.type == "cpu" else contextlib.nullcontext()
+        with pinning:  # vLLM's extend path pins host memory; there is none without a GPU
+            meta = build_through_v2(
+                group,
+                step.batch,
+                max_query_len=case.max_query_len,
+                with_upper_bound=case.with_upper_bound,
+            )
+        return config, layer, meta
+
+    def run_kind(self, case: ForwardCase, kind: str, step: StepTensors) -> dict[str, Any]:
+        result: dict[str, Any] = {"kind": kind}
+        try:
+            config, layer, meta = self.build(case, kind, step)
+        except Exception as exc:
+            result["error"] = f"build raises {type(exc).__name__}: {exc}"
+            return result
+        result["regions"] = [meta.num_decodes, meta.num_extends, meta.num_prefills]
+        result["chunks"] = chunks_of(meta)
+        if meta.extend_metadata is not None:
+            totals = meta.extend_metadata.chunk_context_metadata.total_token_per_batch
+            result["largest_chunk_tokens"] = max(totals, default=0)
+        try:
+            output = self.forward(case, config, layer, meta, step)
+        except Exception as exc:
+            result["error"] = f"forward raises {type(exc).__name__}: {exc}"
+            result["traceback"] = traceback.format_exc(limit=-6)
+            return result
+        result["rows"] = self.judge(case, step, meta, output)
+        return result
+
+    def forward(
+        self, case: ForwardCase, config: Any, layer: Any, meta: Any, step: StepTensors
+    ) -> torch.Tensor:
+        kv_cache = harness.allocate_kv_cache(
+            layer.attn_backend,
+            step.num_blocks,
+            case.block_size,
+            case.num_kv_heads,
+            case.head_size,
+            getattr(torch, case.dtype),
+            self.device,
+        )
+        harness.bind_kv_cache(config, layer.layer_name, kv_cache)
+        if step.context_k.shape[0]:  # earlier steps' tokens, written by vLLM's own cache update
+            layer.impl.do_kv_cache_update(
+                layer, step.context_k, step.context_v, kv_cache, step.context_slots
+            )
+        return harness.layer_forward(
+            config, layer, meta, step.batch.slot_mapping, step.query, step.key, step.value
+        )
+
+    def judge(
+        self, case: ForwardCase, step: StepTensors, meta: Any, output: torch.Tensor
+    ) -> list[dict[str, Any]]:
+        first_extend = meta.num_decodes
+        first_prefill = meta.num_decodes + meta.num_extends
+        rows = []
+        for row, request in enumerate(step.requests):
+            got = output[step.token_rows[row]].float()
+            want = dense_reference(case, step, row)
+            finite = bool(torch.isfinite(got).all())
+            error = float((got - want).abs().max()) if finite and got.numel() else 0.0
+            region = (
+                "decode" if row < first_extend else "extend" if row < first_prefill else "prefill"
+            )
+            rows.append(
+                {
+                    "req_id": request.req_id,
+                    "context": request.context_len,
+                    "query": request.query_len,
+                    "region": region,
+                    "error": error if finite else None,
+                    "nan": not finite,
+                }
+            )
+        return rows
+
+    def run_case(
+        self, case: ForwardCase, seed: int = 0, kinds: Sequence[str] = KINDS
+    ) -> dict[str, Any]:
+        start = time.monotonic()
+        step = lay_out(case, case.ordered(), self.device, seed)
+        result: dict[str, Any] = {
+            "case": case.name,
+            "order": case.order,
+            "threshold": case.threshold,
+            "order_ids": [r.req_id for r in step.requests],
+            "tolerance": TOLERANCE[case.dtype],
+            "note": case.note,
+        }
+        for kind in kinds:
+            result[kind] = self.run_kind(case, kind, step)
+        if case.order == "v2":
+            v1 = lay_out(case, case.ordered("v1"), self.device, seed)
+            try:
+                result["v1_stock_chunks"] = chunks_of(self.build(case, "stock", v1)[2])
+            except Exception as exc:
+                result["v1_stock_chunks"] = f"build raises {type(exc).__name__}: {exc}"
+        result["seconds"] = round(time.monotonic() - start, 1)
+        return result
+
+
+SCHEDULER_WORKLOADS = ("chunked-2048", "prefix-cache-heavy")
+
+
+def scheduler_cases(
+    workloads: Sequence[str] = SCHEDULER_WORKLOADS,
+    steps: int = 300,
+    per_workload: int = 1,
+    max_tokens: int = 2048,
+    max_context: int = 40000,
+    seed: int = 0,
+) -> list[ForwardCase]:
+    """Steps of vLLM's Scheduler on the serving trace's workloads where stock's split drops
+    context in model-runner V2 order (within the size limits, so that the interpreter stays
+    quick), each in V2 order and in V1 order. One query head and one KV head."""
+    import dataclasses
+
+    from vllm_rocm_aiter_plugin.diagnostics import samples, scheduler_trace
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+        from_scheduler_step,
+        stock_drops_context,
+    )
+
+    selected: list[ForwardCase] = []
+    with tempfile.TemporaryDirectory(prefix="tiny-llama-") as model_dir:
+        samples.write_tiny_llama(model_dir)
+        for workload in scheduler_trace.WORKLOADS:
+            if workload.name not in workloads:
+                continue
+            config = samples.tiny_vllm_config(
+                model_dir, max_num_seqs=256, max_num_batched_tokens=workload.budget
+            )
+            found = 0
+            trace = scheduler_trace.steps_of(
+                dataclasses.replace(workload, steps=steps), config, seed
+            )
+            for index, step in enumerate(trace):
+                tokens, context = sum(step["num_tokens"].values()), sum(step["computed"].values())
+                if tokens > max_tokens or context > max_context:
+                    continue
+                name = f"scheduler-{workload.name}-step{index}"
+                case = from_scheduler_step(name, step, "v2", num_heads=1, num_kv_heads=1)
+                if not stock_drops_context(case):
+                    continue
+                selected += [case, dataclasses.replace(case, name=f"{name}-v1", order="v1")]
+                found += 1
+                if found == per_workload:
+                    break
+    return selected
+
+
+def chunks_of(meta: Any) -> int:
+    extend = meta.extend_metadata
+    return 0 if extend is None else int(extend.chunk_context_metadata.num_chunks)
+
+
+def release_merge_makes_nan_of_empty_states(device: torch.device) -> bool:
+    """vLLM's own ``merge_attn_states`` on one token whose both sides are empty (lse -inf)."""
+    from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
+
+    empty = torch.zeros(1, 1, 64, dtype=torch.float16, device=device)
+    lse = torch.full((1, 1), float("-inf"), device=device)
+    out, out_lse = torch.empty_like(empty), torch.empty_like(lse)
+    merge_attn_states(
+        output=out, prefix_output=empty, prefix_lse=lse, suffix_output=empty.clone(),
+        suffix_lse=lse.clone(), output_lse=out_lse,
+    )  # fmt: skip
+    return bool(out.isnan().any() or out_lse.isnan().any())
+
+
+def why_unavailable(device: torch.device) -> str | None:
+    """Why vLLM's forward cannot run on ``device`` in this process, or None."""
+    from vllm.platforms import current_platform
+
+    if device.type == "cpu" and (current_platform.is_cuda() or current_platform.is_rocm()):
+        return (
+            f"vLLM's platform here is {type(current_platform).__name__}: its merges dispatch to "
+            "the GPU op, which takes no CPU tensors; the GPU tiers run this forward on the GPU"
+        )
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        return "vLLM's Triton kernels need TRITON_INTERPRET=1 on CPU (run_in_child sets it)"
+    return None
+
+
+@contextlib.contextmanager
+def forward_environment(device: torch.device, gather_budget: int | None) -> Iterator[Runner]:
+    runner = Runner(device, gather_budget)
+    try:
+        with reference_kernels.installed() as references:
+            runner.references = references
+            yield runner
+    finally:
+        runner.close()
+
+
+def run(
+    names: Sequence[str] | None = None,
+    device: str = "cpu",
+    gather_budget: int | None = DEFAULT_GATHER_BUDGET,
+    cases: Sequence[ForwardCase] | None = None,
+    control: Sequence[str] = (),
+    kinds: Sequence[str] = KINDS,
+) -> dict[str, Any]:
+    """Run the named cases (all by default) here with the backends ``kinds`` (plus the
+    ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict."""
+    import vllm
+
+    if cases is None:
+        cases = [CASES_BY_NAME[n] for n in names] if names else CASES
+    torch_device = torch.device(device)
+    unavailable = why_unavailable(torch_device)
+    if unavailable:
+        return {"vllm": vllm.__version__, "unavailable": unavailable}
+    with forward_environment(torch_device, gather_budget) as runner:
+        report: dict[str, Any] = {
+            "vllm": vllm.__version__,
+            "torch": torch.__version__,
+            "device": str(torch_device),
+            "gather": runner.gather_origin,
+            "merge_makes_nan_of_empty_states": release_merge_makes_nan_of_empty_states(
+                torch_device
+            ),
+            "cases": [
+                runner.run_case(case, kinds=(*kinds, *CONTROLS) if case.name in control else kinds)
+                for case in cases
+            ],
+        }
+        report["references"] = runner.references
+        report["gather_calls"] = {
+            "kernel": runner.gather.kernel_calls,
+            "reference": runner.gather.reference_calls,
+            "kernel_checked_tokens": runner.gather.checked_tokens,
+        }
+    return report
+
+
+def run_in_child(
+    names: Sequence[str] | None = None,
+    gather_budget: int | None = DEFAULT_GATHER_BUDGET,
+    timeout: float = 1800,
+    extra_env: dict[str, str] | None = None,
+    scheduler_steps: bool = False,
+    control: Sequence[str] = (),
+    kinds: Sequence[str] = KINDS,
+    device: str = "cpu",
+    cases: Sequence[ForwardCase] | None = None,
+) -> dict[str, Any]:
+    """:func:`run` in a new interpreter; on CPU started with Triton's interpreter environment.
+    ``cases`` (any, e.g. from vLLM's Scheduler) run instead of the named ones."""
+    command = [sys.executable, "-m", "vllm_rocm_aiter_plugin.diagnostics.forward.runner"]
+    command += ["--device", device, "--kinds", *kinds]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as spec:
+        json.dump([case.to_json() for case in cases or ()], spec)
+    if cases is not None:
+        command += ["--cases-json", spec.name]
+        names = []
+    command += ["--gather-budget", "all" if gather_budget is None else str(gather_budget)]
+    if names is not None:
+        command += ["--cases", *names]
+    if scheduler_steps:
+        command.append("--scheduler-steps")
+    if control:
+        command += ["--control", *control]
+    interpreter = harness.INTERPRETER_ENV if device == "cpu" else {}
+    env = {**os.environ, **interpreter, **(extra_env or {})}
+    try:
+        proc = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        os.unlink(spec.name)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK) :])
+    raise RuntimeError(
+        f"the forward runner exited {proc.returncode} without a report:\n"
+        f"{(proc.stdout + proc.stderr)[-4000:]}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES_BY_NAME))
+    parser.add_argument(
+        "--scheduler-steps",
+        action="store_true",
+        help="also run steps of vLLM's Scheduler on the serving trace's workloads",
+    )
+    parser.add_argument(
+        "--control",
+        nargs="*",
+        default=(),
+        help=f"cases also run with {', '.join(CONTROLS)}",
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=sorted(backends_names()))
+    parser.add_argument("--gather-budget", default=str(DEFAULT_GATHER_BUDGET))
+    parser.add_argument("--cases-json", metavar="PATH", help="cases as written by to_json")
+    parser.add_argument("--json", metavar="PATH", help="also write the report here")
+    args = parser.parse_args(argv)
+    budget = None if args.gather_budget == "all" else int(args.gather_budget)
+    cases = [CASES_BY_NAME[n] for n in args.cases] if args.cases is not None else list(CASES)
+    if args.cases_json:
+        with open(args.cases_json) as f:
+            cases += [ForwardCase.from_json(data) for data in json.load(f)]
+    if args.scheduler_steps:
+        cases += scheduler_cases()
+    report = run(
+        device=args.device,
+        gather_budget=budget,
+        cases=cases,
+        control=args.control,
+        kinds=args.kinds,
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    print(RESULT_MARK + json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

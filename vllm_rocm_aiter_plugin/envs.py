@@ -1,0 +1,173 @@
+"""Every environment variable the plugin reads: its name, what it does, and its parser.
+
+Cheap to import (no torch, no vLLM). Each parser turns the raw value (None when unset) into a
+``Reading``: the value the plugin acts on, what that means in one line, and a problem line when
+the raw value is not understood (the plugin then acts on the default). The doctor reports every
+variable from here, and ``docs/architecture.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SWITCH = "VLLM_ROCM_AITER_PLUGIN"
+FAST_BUILD = "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD"
+ATTENTION_BACKEND = "VLLM_ATTENTION_BACKEND"
+VLLM_PLUGINS = "VLLM_PLUGINS"
+USE_AITER = "VLLM_ROCM_USE_AITER"
+USE_AITER_MHA = "VLLM_ROCM_USE_AITER_MHA"
+REQUIRE_HARDWARE = "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE"
+E2E_TARGET = "VLLM_ROCM_AITER_E2E_TARGET"
+E2E_DRAFT = "VLLM_ROCM_AITER_E2E_DRAFT"
+
+_OFF = {"0", "false", "off", "no", "disable", "disabled"}
+_ON = {"", "1", "true", "on", "yes", "auto", "enable", "enabled"}
+
+
+class Switch(enum.Enum):
+    AUTO = "auto"
+    OFF = "off"
+    FORCE = "force"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the plugin makes of one variable."""
+
+    value: Any
+    meaning: str
+    problem: str | None = None
+
+
+def _words(raw: str) -> str:
+    return raw.strip().lower()
+
+
+def parse_switch(raw: str | None) -> Reading:
+    """``VLLM_ROCM_AITER_PLUGIN``: unset or on = the activation policy decides; ``0`` (or off,
+    false, no, disable) = stock vLLM; ``force`` = override the policy."""
+    if raw is None:
+        return Reading(Switch.AUTO, "unset: the plugin activates where the policy says")
+    word = _words(raw)
+    if word in _OFF:
+        return Reading(Switch.OFF, "the plugin is switched off: ROCM_AITER_FA stays stock")
+    if word == "force":
+        return Reading(Switch.FORCE, "the plugin overrides ROCM_AITER_FA whatever the policy says")
+    if word in _ON:
+        return Reading(Switch.AUTO, "on: the plugin activates where the policy says")
+    return Reading(
+        Switch.AUTO,
+        "not understood: treated as unset",
+        f"{SWITCH}={raw!r} is not understood; using auto. Use 0 to disable, force to override "
+        "the policy, or leave it unset.",
+    )
+
+
+def parse_fast_build(raw: str | None) -> Reading:
+    """``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``: the plugin's own build body on verified vLLM
+    releases (on by default); ``0`` runs vLLM's build() code with the plugin's split (stock's
+    context chunk sizes); ``force`` runs the own body on an unverified release (release checks)."""
+    if raw is None:
+        return Reading("on", "unset: the own build body runs on verified vLLM releases")
+    word = _words(raw)
+    if word in _OFF:
+        return Reading("off", "vLLM's build() code runs, with the plugin's split")
+    if word == "force":
+        return Reading("force", "the own build body runs even on an unverified vLLM release")
+    if word in _ON:
+        return Reading("on", "the own build body runs on verified vLLM releases")
+    return Reading(
+        "on",
+        "not understood: treated as unset",
+        f"{FAST_BUILD}={raw!r} is not understood; using on. Use 0 to run vLLM's build() code, or "
+        "leave it unset.",
+    )
+
+
+def parse_vllm_plugins(raw: str | None) -> Reading:
+    """``VLLM_PLUGINS`` exactly as vLLM parses it (``vllm/envs.py``): unset = every plugin, else
+    the comma-separated names as written (vLLM does not strip them: ``"a, b"`` allows ``" b"``)."""
+    from vllm_rocm_aiter_plugin.policy import PLUGIN_NAME
+
+    if raw is None:
+        return Reading(None, "unset: vLLM loads every installed plugin")
+    names = raw.split(",")
+    if PLUGIN_NAME in names:
+        return Reading(names, "vLLM loads the plugin")
+    return Reading(
+        names,
+        "vLLM does not load the plugin",
+        f"{VLLM_PLUGINS}={raw!r} excludes the plugin (vLLM splits it at commas without stripping "
+        f"blanks): add {PLUGIN_NAME} to it, or unset {VLLM_PLUGINS}",
+    )
+
+
+def parse_use_aiter(raw: str | None) -> Reading:
+    """``VLLM_ROCM_USE_AITER`` (vLLM's): with it on, ROCm's automatic backend selection may pick
+    ROCM_AITER_FA. Read by the doctor only."""
+    on = raw is not None and _words(raw) in ("1", "true")
+    return Reading(on, "AITER on" if on else "AITER off: auto-selection never picks ROCM_AITER_FA")
+
+
+def parse_use_aiter_mha(raw: str | None) -> Reading:
+    """``VLLM_ROCM_USE_AITER_MHA`` (vLLM's, default on): AITER's attention in auto-selection."""
+    on = raw is None or _words(raw) in ("1", "true")
+    return Reading(on, "AITER attention on" if on else "AITER attention off in auto-selection")
+
+
+def parse_attention_backend(raw: str | None) -> Reading:
+    """``VLLM_ATTENTION_BACKEND``: vLLM 0.18 onwards ignores it; with the plugin's platform active
+    (a ROCm GPU) it selects the backend it names, as ``--attention-backend`` would."""
+    from vllm_rocm_aiter_plugin.env_backend import resolve
+
+    return resolve(raw)
+
+
+def parse_flag(raw: str | None) -> Reading:
+    """A test-suite flag: set and not 0/false/off means on."""
+    on = raw is not None and _words(raw) not in _OFF
+    return Reading(on, "on" if on else "off")
+
+
+def parse_path(raw: str | None) -> Reading:
+    return Reading(raw, raw or "unset")
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    owner: str  # "plugin", "vLLM" (read by the plugin too) or "tests"
+    doc: str
+    parse: Callable[[str | None], Reading]
+
+    def read(self, environ: Mapping[str, str] | None = None) -> Reading:
+        return self.parse((os.environ if environ is None else environ).get(self.name))
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(SWITCH, "plugin", "kill switch: 0 = stock vLLM, force = override the policy",
+             parse_switch),
+    Variable(FAST_BUILD, "plugin", "0 = vLLM's build() code with the plugin's split",
+             parse_fast_build),
+    Variable(ATTENTION_BACKEND, "plugin", "with a ROCm GPU: the attention backend to select",
+             parse_attention_backend),
+    Variable(VLLM_PLUGINS, "vLLM", "which plugins vLLM loads (must include the plugin)",
+             parse_vllm_plugins),
+    Variable(USE_AITER, "vLLM", "AITER on ROCm; auto-selection may then pick ROCM_AITER_FA",
+             parse_use_aiter),
+    Variable(USE_AITER_MHA, "vLLM", "AITER attention in ROCm's auto-selection", parse_use_aiter_mha),
+    Variable(REQUIRE_HARDWARE, "tests", "hardware skips fail (a GPU runner)", parse_flag),
+    Variable(E2E_TARGET, "tests", "local target model directory for the MI300 EAGLE run",
+             parse_path),
+    Variable(E2E_DRAFT, "tests", "local EAGLE draft model directory for that run", parse_path),
+)  # fmt: skip
+
+BY_NAME = {variable.name: variable for variable in VARIABLES}
+
+
+def read(name: str, environ: Mapping[str, str] | None = None) -> Reading:
+    return BY_NAME[name].read(environ)

@@ -1,0 +1,44 @@
+"""The vLLM releases the plugin is tested on, and the facts known of each: the one source.
+
+Read by the activation policy, the noxfile (loaded by path: this module imports nothing), the
+tests and the generated docs tables. Adding a release: append it to ``TESTED`` (and to the fact
+sets it belongs to, read off its wheel), then run ``bash scripts/nox -s verify -- VERSION`` and
+``bash scripts/nox -s compat`` (``docs/releases.md``).
+"""
+
+from __future__ import annotations
+
+TESTED: tuple[str, ...] = (
+    "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
+    "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+    "0.33.0",
+)  # fmt: skip
+"""Every release the CPU suite passes on (``compat/results.md``), oldest first."""
+
+CI: tuple[str, ...] = ("0.23.0", TESTED[-1])
+"""What ``.ci/run`` tests: the release that defaults Llama to model-runner V2 and still has the
+EAGLE crash, and the newest."""
+
+DEMO = "0.23.0"
+"""The release the main job (``bash scripts/nox -s demo``) shows: affected by both bugs."""
+
+EAGLE_CRASH: frozenset[str] = frozenset(
+    {"0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0"}
+)
+"""Stock's split asserts ``seq_lens_cpu_upper_bound`` before its pure-decode return (read off the
+wheels; fixed in 0.24.0 by PR #44936)."""
+
+MERGE_NAN_OF_EMPTY_STATES: frozenset[str] = frozenset(
+    {"0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
+     "0.25.1"}
+)  # fmt: skip
+"""vLLM's Triton ``merge_attn_states`` lacks the both-empty guard (added in 0.26.0): two empty
+states merge to NaN (read off the wheels, and run under the Triton interpreter)."""
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``(0, 23, 0)`` for ``"0.23.0"`` (release strings of this module only)."""
+    return tuple(int(part) for part in version.split("."))
+
+
+OLDEST, NEWEST = TESTED[0], TESTED[-1]
