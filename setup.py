@@ -21,13 +21,14 @@ setup(
     name="vllm-rocm-aiter-plugin",
     version=_version["__version__"],
     description=(
-        "vLLM plugin for AMD ROCm: a ROCM_AITER_FA metadata builder that fixes the EAGLE "
-        "pure-decode AssertionError of vLLM 0.20.0-0.23.0 and keeps rows with context out of the "
-        "prefill region in model-runner V2 batch order"
+        "vLLM plugin for AMD ROCm: a corrected ROCM_AITER_FA metadata builder and extend path "
+        "(the EAGLE crash of vLLM 0.20-0.23, the cached context model-runner V2's batch order "
+        "makes stock ignore, NaN from empty context chunks)"
     ),
     long_description=_long_description,
     long_description_content_type="text/markdown",
     license="Apache-2.0",
+    license_files=["LICENSE"],
     python_requires=">=3.10",
     packages=find_packages(include=["vllm_rocm_aiter_plugin", "vllm_rocm_aiter_plugin.*"]),
     install_requires=[],

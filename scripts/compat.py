@@ -1,12 +1,15 @@
-"""Run the CPU suite against several vLLM releases in one environment and write a Markdown table.
+"""Run the CPU suite against several vLLM releases in one environment; record the results.
 
-Usage (inside an environment built by ``noxfile.py``; ``scripts/nox -s compat`` does it all):
-    python scripts/compat.py 0.20.0 0.20.1 ... 0.33.0
+Usage (inside an environment built by ``noxfile.py``; ``bash scripts/nox -s compat`` does it all,
+for every release in ``vllm_rocm_aiter_plugin/releases.py``):
+    python scripts/compat.py VERSION [VERSION ...]
 
 For each release: swap vLLM with ``pip install --no-deps --force-reinstall`` (torch and the pinned
-dependencies stay), probe whether the stock split crashes on an EAGLE pure-decode batch, run
-``pytest`` with a JUnit report, and record the counts. Writes ``compat/results.md`` and
-``compat/results.json``; exits non-zero if any release failed.
+dependencies stay), probe the stock split (does it crash on an EAGLE pure-decode batch, does it
+drop context in model-runner V2 order), run the whole CPU suite (the forward tier included) with a
+JUnit report, and record the counts. Writes ``compat/results.json`` (a partial rerun updates its
+rows and keeps the others); ``bash scripts/nox -s docs`` puts the table into ``docs/releases.md``.
+Exits non-zero if any release failed.
 """
 
 from __future__ import annotations
@@ -90,25 +93,34 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
 
 def main(versions: list[str]) -> int:
+    """Each release's row goes to ``build/compat/row-VERSION.json`` as soon as it is measured;
+    ``compat/results.json`` is rewritten once, at the end, with every row measured so far (so
+    that the suite, whose docs test reads that file, sees one file during the whole run, and two
+    runs over disjoint releases in two environments merge)."""
     os.makedirs(OUT_DIR, exist_ok=True)
     os.makedirs(JUNIT_DIR, exist_ok=True)
-    results_path = os.path.join(OUT_DIR, "results.json")
-    previous: dict[str, dict[str, object]] = {}
-    if os.path.exists(results_path):  # a partial rerun updates its rows and keeps the others
-        with open(results_path) as f:
-            previous = {str(r["vllm"]): r for r in json.load(f)}
     ran = []
     for version in versions:
         row = run_release(version)
         ran.append(row)
-        previous[version] = row
+        with open(os.path.join(JUNIT_DIR, f"row-{version}.json"), "w") as f:
+            json.dump(row, f)
         print(json.dumps(row), flush=True)
-        rows = sorted(previous.values(), key=lambda r: tuple(map(int, str(r["vllm"]).split("."))))
-        with open(results_path, "w") as f:
-            json.dump(rows, f, indent=1)
-        with open(os.path.join(OUT_DIR, "results.md"), "w") as f:
-            f.write(markdown(rows))
+    results_path = os.path.join(OUT_DIR, "results.json")
+    rows: dict[str, dict[str, object]] = {}
+    if os.path.exists(results_path):  # a partial rerun updates its rows and keeps the others
+        with open(results_path) as f:
+            rows = {str(r["vllm"]): r for r in json.load(f)}
+    for name in os.listdir(JUNIT_DIR):
+        if name.startswith("row-") and name.endswith(".json"):
+            with open(os.path.join(JUNIT_DIR, name)) as f:
+                row = json.load(f)
+            rows[str(row["vllm"])] = row
+    ordered = sorted(rows.values(), key=lambda r: tuple(map(int, str(r["vllm"]).split("."))))
+    with open(results_path, "w") as f:
+        json.dump(ordered, f, indent=1)
     print(markdown(ran))
+    print("compat: wrote compat/results.json; `bash scripts/nox -s docs` updates docs/releases.md")
     return 1 if any(r.get("failed") or r.get("error") for r in ran) else 0
 
 

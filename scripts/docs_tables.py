@@ -125,8 +125,17 @@ def trace_forward_table() -> str:
     return tables.trace_forward_table(_trace()["rows"])
 
 
+def upstream_releases_table() -> str:
+    rows = _load("compat/results.json")
+    assert isinstance(rows, list)
+    lines = ["| vLLM | model runner V2 order drops context (probed) |", "|---|---|"]
+    lines += [f"| {r['vllm']} | {r.get('drops_context', '-')} |" for r in rows]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "releases": releases_table,
+    "upstream-releases": upstream_releases_table,
     "bench": bench_table,
     "trace": trace_table,
     "trace-forward": trace_forward_table,
@@ -144,9 +153,13 @@ def main(argv: list[str]) -> int:
     check = argv == ["--check"]
     stale = []
     docs = os.path.join(ROOT, "docs")
-    for name in sorted(os.listdir(docs)):
-        if not name.endswith(".md"):
-            continue
+    pages = sorted(
+        os.path.relpath(os.path.join(folder, name), docs)
+        for folder, _, names in os.walk(docs)
+        for name in names
+        if name.endswith(".md")
+    )
+    for name in pages:
         path = os.path.join(docs, name)
         with open(path) as f:
             text = f.read()

@@ -73,6 +73,8 @@ def test_serving_trace_reports_stock_dropping_context_and_the_plugin_never(tmp_p
         "--workloads",
         "chunked-8192",
         "prefix-cache-heavy",
+        "--forward-steps",
+        "1",
         "--json",
         str(out),
     )
@@ -85,13 +87,16 @@ def test_serving_trace_reports_stock_dropping_context_and_the_plugin_never(tmp_p
         assert row["build_stock_s"] > 0 and row["build_plugin_s"] > 0
         assert row["stock_requests"] <= row["requests"]
     assert sum(r["stock_steps"] for r in rows) > 0  # the bug, on vLLM's own scheduling
+    for row in rows:  # one mixed step each through vLLM's forward: the plugin is right there
+        assert row["forward_steps"] == 1 and row["forward_requests"] > 0
+        assert row["plugin_wrong"] == row["plugin_nan"] == 0
     assert "| prefix-cache-heavy | " in proc.stdout
 
 
 def _run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, os.path.join("benchmarks", script), *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc

@@ -264,13 +264,12 @@ def _assert_same_as_stock(builder_pairs, spec: BatchSpec, window) -> None:
     assert_same_metadata(plugin, stock)
 
 
-def test_own_build_path_is_verified_on_the_ci_releases():
-    """The own build path runs on the releases whose differential tests CI runs, and only where the
-    installed build() source matches a verified one."""
-    release = vllm_releases.release()
-    if release in releases.CI:
-        assert release in builder_module.verified_release()
-        assert builder_module.own_build_enabled()
+def test_own_build_path_is_verified_exactly_on_the_tested_releases():
+    """The own build body runs on every release in the tested range (its build() fingerprint is
+    listed) and on no other by default (releases.py and the fingerprints agree)."""
+    verified = builder_module.verified_release() is not None
+    assert verified is (vllm_releases.release() in releases.TESTED)
+    assert builder_module.own_build_enabled() is verified
 
 
 def test_own_build_path_can_be_switched_off(builder_pairs, fallback_builder_pairs):

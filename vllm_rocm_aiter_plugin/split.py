@@ -72,7 +72,10 @@ def split_decodes_prefills_and_extends(
     """Stock's signature and return shape (Python ints) over :func:`split_batch`: what vLLM's own
     ``build()`` body calls when the plugin runs it (``docs/deviations.md``, "builder: vLLM's
     build() code")."""
-    return split_batch(common_attn_metadata, decode_threshold).counts
+    cam = common_attn_metadata
+    if decode_threshold >= 1 and cam.max_query_len <= decode_threshold:  # pure decode, at once
+        return cam.num_reqs, 0, 0, cam.num_actual_tokens, 0, 0
+    return split_batch(cam, decode_threshold).counts
 
 
 def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:

@@ -331,13 +331,13 @@ def from_scheduler_step(name: str, step: dict, order: str, **settings: object) -
     return ForwardCase(name, requests, order, **settings)  # type: ignore[arg-type]
 
 
-def stock_drops_context(case: ForwardCase) -> bool:
-    """Whether the installed vLLM's stock split puts a row with context of this case's step, laid
-    out in its order, in the prefill region (runs the split on host tensors)."""
-    from vllm.v1.attention.backends.utils import split_decodes_prefills_and_extends
-
-    from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
-
-    step = lay_out(case, case.ordered(), torch.device("cpu"))
-    counts = split_decodes_prefills_and_extends(step.batch, decode_threshold=case.threshold)
-    return bool(context_rows_in_prefill(counts, step.query_lens, step.seq_lens))
+def prompt_before_context(case: ForwardCase) -> bool:
+    """Whether the case's order puts a new prompt longer than the threshold before a row with
+    context: the layout that makes a split assuming region order drop that row's context."""
+    rows = case.ordered()
+    return any(
+        not row.context_len
+        and row.query_len > case.threshold
+        and any(later.context_len for later in rows[index + 1 :])
+        for index, row in enumerate(rows)
+    )

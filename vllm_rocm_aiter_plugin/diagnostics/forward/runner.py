@@ -252,15 +252,15 @@ def scheduler_cases(
     max_context: int = 40000,
     seed: int = 0,
 ) -> list[ForwardCase]:
-    """Steps of vLLM's Scheduler on the serving trace's workloads where stock's split drops
-    context in model-runner V2 order (within the size limits, so that the interpreter stays
+    """Steps of vLLM's Scheduler on the serving trace's workloads whose model-runner V2 order puts
+    a new prompt before a row with context (within the size limits, so that the interpreter stays
     quick), each in V2 order and in V1 order. One query head and one KV head."""
     import dataclasses
 
     from vllm_rocm_aiter_plugin.diagnostics import samples, scheduler_trace
     from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
         from_scheduler_step,
-        stock_drops_context,
+        prompt_before_context,
     )
 
     selected: list[ForwardCase] = []
@@ -282,7 +282,7 @@ def scheduler_cases(
                     continue
                 name = f"scheduler-{workload.name}-step{index}"
                 case = from_scheduler_step(name, step, "v2", num_heads=1, num_kv_heads=1)
-                if not stock_drops_context(case):
+                if not prompt_before_context(case):
                     continue
                 selected += [case, dataclasses.replace(case, name=f"{name}-v1", order="v1")]
                 found += 1

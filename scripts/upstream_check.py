@@ -1,0 +1,264 @@
+"""Check the upstream patch (``docs/upstream/*.patch``) against vLLM's own sources and tests.
+
+Run by ``bash scripts/nox -s upstream`` (an environment with the newest tested vLLM wheel):
+
+1. fetch vLLM's source distribution of that release from the package index (checked against its
+   sha256) and lay out a tree: the installed wheel's ``vllm/`` and the sdist's ``tests/``;
+2. apply the patch there with ``git apply`` (it must apply cleanly) and run vLLM's attention tests
+   that run on CPU (``tests/v1/attention/``: every test that passes on the unpatched tree) on both
+   trees: the patched tree must pass them all, the new regression tests included;
+3. run the forward tier (``diagnostics/forward``) against the patched vLLM with stock's backend and
+   the plugin switched off: stock must now be right on every request of every case;
+4. run the doctor's probes on the patched vLLM: stock must no longer drop context in model-runner
+   V2 order; and show the other caller of the three-way split (``cp_utils``) on a V2-ordered step.
+Prints one line per step and exits non-zero if any fails. Work files: ``build/upstream/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.request
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(ROOT, "build", "upstream")
+PATCHES = os.path.join(ROOT, "docs", "upstream")
+SDIST_SHA256 = {"0.33.0": "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"}
+INDEX = os.environ.get("VLLM_SDIST_INDEX", "https://pypi.org/simple/vllm/")
+CPU_PLUGIN = os.path.join(ROOT, "scripts", "vllm_tests_on_cpu.py")
+
+
+def say(step: str, ok: bool, detail: str) -> bool:
+    print(f"upstream: {'PASS' if ok else 'FAIL'}  {step}: {detail}", flush=True)
+    return ok
+
+
+def fetch_sdist(version: str) -> str:
+    path = os.path.join(WORK, f"vllm-{version}.tar.gz")
+    expected = SDIST_SHA256[version]
+    if not os.path.exists(path) or _sha256(path) != expected:
+        with urllib.request.urlopen(INDEX, timeout=120) as page:
+            html = page.read().decode()
+        match = re.search(rf'href="([^"]*vllm-{re.escape(version)}\.tar\.gz)[^"]*"', html)
+        if match is None:
+            raise RuntimeError(f"no vllm-{version}.tar.gz on {INDEX}")
+        url = match.group(1)
+        if url.startswith("/") or not url.startswith("http"):
+            url = urllib.request.urljoin(INDEX, url)
+        with urllib.request.urlopen(url, timeout=600) as response, open(path, "wb") as f:
+            shutil.copyfileobj(response, f)
+    if _sha256(path) != expected:
+        raise RuntimeError(f"{path}: sha256 differs from the release's")
+    return path
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def make_tree(name: str, sdist: str) -> str:
+    """The installed wheel's ``vllm/`` (its compiled parts included) with the sdist's ``tests/``."""
+    import vllm
+
+    tree = os.path.join(WORK, name)
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(tree)
+    with tarfile.open(sdist) as archive:
+        prefix = archive.getnames()[0].split("/")[0]
+        wanted = (f"{prefix}/tests/", f"{prefix}/pyproject.toml")  # vLLM's own pytest config
+        members = [m for m in archive.getmembers() if m.name.startswith(wanted)]
+        for member in members:
+            member.name = member.name[len(prefix) + 1 :]
+        archive.extractall(tree, members=members, filter="data")
+    shutil.copytree(os.path.dirname(vllm.__file__), os.path.join(tree, "vllm"))
+    return tree
+
+
+def apply_patch(tree: str, patch: str, *only: str) -> tuple[bool, str]:
+    """``git apply`` the patch (or only its files matching ``only``) in ``tree``."""
+    # A repository of its own: git apply resolves paths from the repository root.
+    subprocess.run(["git", "init", "-q", tree], check=True)
+    include = [f"--include={pattern}" for pattern in only]
+    check = subprocess.run(
+        ["git", "apply", "--check", "--verbose", *include, patch],
+        cwd=tree, capture_output=True, text=True,
+    )  # fmt: skip
+    if check.returncode != 0:
+        return False, check.stderr.strip()[-500:]
+    subprocess.run(["git", "apply", *include, patch], cwd=tree, check=True)
+    files = re.findall(r"^Checking patch (\S+)\.\.\.$", check.stderr, re.M)
+    return True, f"applies cleanly ({', '.join(files)})"
+
+
+def vllm_tests(tree: str, tests: list[str], junit: str) -> dict[str, str]:
+    """Run vLLM's tests in ``tree`` (its own conftest; global GPU cleanup skipped on CPU);
+    outcome per test id."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([tree, os.path.dirname(CPU_PLUGIN)]),
+        "VLLM_ROCM_AITER_PLUGIN": "0",
+        "HF_HUB_OFFLINE": "1",  # tests that need a model from the hub fail at once, not by timeout
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "vllm_tests_on_cpu",
+         f"--rootdir={tree}", "--continue-on-collection-errors", f"--junitxml={junit}", *tests],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=3600,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    outcomes = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            outcomes[name] = "passed"
+        elif outcome.tag == "skipped" and "ROCm" in (outcome.get("message") or ""):
+            outcomes[name] = "skipped (ROCm only)"
+        else:
+            outcomes[name] = outcome.tag
+    return outcomes
+
+
+def in_tree(tree: str, code: str) -> dict:
+    """Run ``code`` (which prints one JSON line last) with the tree's vLLM first on sys.path."""
+    env = {**os.environ, "PYTHONPATH": tree, "VLLM_ROCM_AITER_PLUGIN": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=1800, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"exited {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}")
+    return json.loads(lines[-1])
+
+
+PROBES = """
+import json, vllm
+from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order
+from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm.v1.worker.cp_utils import split_dcp_context_queries
+eagle, v2 = probe_stock_split(), probe_stock_v2_order()
+batch = samples.v2_order_batch()
+dcp = split_dcp_context_queries(batch.query_start_loc_cpu, batch.seq_lens_cpu_upper_bound,
+                                batch.max_query_len, batch.num_actual_tokens)
+print(json.dumps({"vllm_file": vllm.__file__, "eagle_crash": eagle.affected,
+                  "drops_context": v2.affected, "detail": v2.detail,
+                  "dcp_decodes_and_context_queries": list(dcp[:2])}))
+"""
+
+FORWARD = """
+import json, os
+os.environ.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+print(json.dumps(runner.run_in_child(kinds=("stock",), scheduler_steps=True,
+                                     extra_env={"PYTHONPATH": os.environ["PYTHONPATH"]})))
+"""
+
+
+def main(argv: list[str]) -> int:
+    import vllm
+
+    version = vllm.__version__
+    os.makedirs(WORK, exist_ok=True)
+    patches = sorted(p for p in os.listdir(PATCHES) if p.endswith(".patch"))
+    if not patches:
+        return int(not say("patch", False, f"no *.patch in {PATCHES}"))
+    patch = os.path.join(PATCHES, patches[0])
+    ok = True
+
+    sdist = fetch_sdist(version)
+    stock_tree = make_tree("stock", sdist)
+    patched_tree = make_tree("patched", sdist)
+    tests_only_tree = make_tree("tests-only", sdist)  # the patch's tests on unpatched vLLM
+    applied, detail = apply_patch(patched_tree, patch)
+    ok &= say(f"{patches[0]} on vLLM {version}'s sources", applied, detail)
+    if not applied:
+        return 1
+
+    apply_patch(tests_only_tree, patch, "tests/*")
+    tests = ["tests/v1/attention/"]
+    stock = vllm_tests(stock_tree, tests, os.path.join(WORK, "junit-stock.xml"))
+    patched = vllm_tests(patched_tree, tests, os.path.join(WORK, "junit-patched.xml"))
+    runs_on_cpu = sorted(name for name, outcome in stock.items() if outcome == "passed")
+    broken = [name for name in runs_on_cpu if patched.get(name) != "passed"]
+    new = sorted(set(patched) - set(stock))
+    rocm_only = [name for name in new if patched[name] == "skipped (ROCm only)"]
+    new_failing = [name for name in new if patched[name] not in ("passed", "skipped (ROCm only)")]
+    ok &= say(
+        "vLLM's tests/v1/attention on CPU",
+        not broken,
+        f"{len(runs_on_cpu)} tests pass on stock {version} here; with the patch "
+        f"{len(runs_on_cpu) - len(broken)} of them pass"
+        + (f" (broken: {', '.join(broken[:5])})" if broken else ""),
+    )
+    unfixed = vllm_tests(tests_only_tree, tests, os.path.join(WORK, "junit-tests-only.xml"))
+    caught = [name for name in new if patched[name] == "passed" and unfixed.get(name) != "passed"]
+    ok &= say(
+        "the regression tests on unpatched vLLM",
+        bool(caught),
+        f"{len(caught)} of the new tests that pass with the fix fail without it "
+        f"({', '.join(sorted({n.split('::')[-1].split('[')[0] for n in caught}))})",
+    )
+    ok &= say(
+        "the patch's regression tests",
+        bool(new) and not new_failing,
+        f"{len(new)} new tests: {len(new) - len(new_failing) - len(rocm_only)} pass on CPU, "
+        f"{len(rocm_only)} run on ROCm only (the extend-path correctness test)"
+        + (f" ({', '.join(n.split('::')[-1] + ': ' + patched[n] for n in new_failing)})"
+           if new_failing else ""),
+    )  # fmt: skip
+
+    forward = in_tree(patched_tree, FORWARD)
+    wrong = {}
+    for case in forward["cases"]:
+        stock_result = case["stock"]
+        if "rows" not in stock_result:
+            wrong[case["case"]] = stock_result.get("error", "no rows")
+            continue
+        bad = [
+            r["req_id"] for r in stock_result["rows"] if r["nan"] or r["error"] > case["tolerance"]
+        ]
+        more_chunks = isinstance(case.get("v1_stock_chunks"), int) and (
+            stock_result["chunks"] > case["v1_stock_chunks"]
+        )
+        if bad or more_chunks:
+            wrong[case["case"]] = f"wrong {bad}" + (" (more chunks than V1)" if more_chunks else "")
+    ok &= say(
+        "forward tier, patched stock (plugin off)",
+        not wrong,
+        f"{len(forward['cases'])} cases, every request equal to the reference"
+        if not wrong
+        else f"wrong: {wrong}",
+    )
+
+    before, after = in_tree(stock_tree, PROBES), in_tree(patched_tree, PROBES)
+    ok &= say(
+        "doctor's probes",
+        before["drops_context"] and not after["drops_context"] and after["vllm_file"].startswith(
+            patched_tree),
+        f"stock {version}: drops context = {before['drops_context']}; patched: "
+        f"{after['drops_context']} ({after['detail']})",
+    )  # fmt: skip
+    say(
+        "cp_utils.split_dcp_context_queries on the V2 step (a lead, informational)",
+        True,
+        f"(decode queries, context queries) stock {before['dcp_decodes_and_context_queries']}, "
+        f"patched {after['dcp_decodes_and_context_queries']} of 3 requests, 2 with context",
+    )
+    print(f"upstream: {'all checks passed' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
