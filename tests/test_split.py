@@ -198,8 +198,8 @@ def test_spy_sees_the_mixed_path_reading_tensors():
     batch = _spy_batch([1, 5], [9, 5])
     _SpyTensor.calls = []
     plugin_split(batch)
-    assert "cpu" in _SpyTensor.calls  # the host copy of seq_lens
-    assert {"numpy", "tolist"} & set(_SpyTensor.calls)  # reading tensor data
+    # query_start_loc_cpu and seq_lens (already on the host: read in place, no copy) are read.
+    assert _SpyTensor.calls.count("numpy") == 2
 
 
 def test_pure_decode_on_meta_device_tensors():

@@ -94,13 +94,12 @@ def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
         # Pure decode (incl. EAGLE/MTP spec tokens): nothing to read, no tensor op, no host sync.
         return BatchSplit(num_reqs, 0, 0, num_tokens, 0, 0)
 
-    offsets = cam.query_start_loc_cpu
-    if offsets.dim() != 1 or offsets.shape[0] != num_reqs + 1:
+    qsl = cam.query_start_loc_cpu.numpy()  # zero-copy view; the tensor is on the host by contract
+    if qsl.ndim != 1 or qsl.shape[0] != num_reqs + 1:
         raise ValueError(
             f"query_start_loc_cpu must be 1-D with num_reqs + 1 = {num_reqs + 1} entries, got "
-            f"shape {tuple(offsets.shape)}"
+            f"shape {qsl.shape}"
         )
-    qsl = offsets.numpy()  # zero-copy view; the tensor is on the host by contract
     if qsl.item(0):
         raise ValueError(f"query_start_loc_cpu must start at 0, got {qsl.item(0)}")
     query_lens = qsl[1:] - qsl[:-1]
@@ -114,26 +113,30 @@ def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
         raise ValueError(
             f"num_actual_tokens = {num_tokens} is smaller than the last query offset {qsl.item(-1)}"
         )
-    is_long = query_lens > threshold
+    is_long = query_lens > _scalar(threshold, query_lens.dtype)
     first_long = int(is_long.argmax()) if num_reqs else 0
     if not num_reqs or not is_long.item(first_long):
         return BatchSplit(num_reqs, 0, 0, num_tokens, 0, 0, query_lens)
 
     seq_lens = exact_host_seq_lens(cam)
-    if seq_lens.dim() != 1 or seq_lens.shape[0] < num_reqs:
+    seq = seq_lens.numpy()
+    if seq.ndim != 1 or seq.shape[0] < num_reqs:
         raise ValueError(
             f"seq_lens must be 1-D with at least num_reqs = {num_reqs} entries, got shape "
-            f"{tuple(seq_lens.shape)}"
+            f"{seq.shape}"
         )
-    context_lens = seq_lens.numpy()[:num_reqs] - query_lens
+    context_lens = seq[:num_reqs] - query_lens
     if context_lens.item(context_lens.argmin()) < 0:
         row = int(np.flatnonzero(context_lens < 0)[0])
         raise ValueError(
             f"seq_lens[{row}] = {int(seq_lens[row])} is smaller than its query length "
             f"{query_lens.item(row)}"
         )
-    has_context = context_lens > 0
-    last_context = num_reqs - 1 - int(has_context[::-1].argmax()) if has_context.any() else -1
+    # The last row with context is the first of the reversed rows; argmax and item are C calls,
+    # cheaper than any() on small arrays.
+    from_end = (context_lens > _scalar(0, context_lens.dtype))[::-1]
+    last = int(from_end.argmax())
+    last_context = num_reqs - 1 - last if from_end.item(last) else -1
     start = max(first_long, last_context + 1)
     first_prefill = num_reqs
     if start < num_reqs:
@@ -158,8 +161,25 @@ def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
 def exact_host_seq_lens(cam: CommonAttentionMetadata) -> torch.Tensor:
     """The exact sequence lengths on the host: ``cam.seq_lens`` itself when it already is, else one
     device-to-host copy (inside vLLM's ``gpu_sync_allowed()`` where the release has it)."""
+    seq_lens = cam.seq_lens
+    if seq_lens.is_cpu:
+        return seq_lens
     with _sync_allowed():
-        return cam.seq_lens.cpu()
+        return seq_lens.cpu()
+
+
+_SCALARS: dict[tuple[int, Any], np.ndarray] = {}
+
+
+def _scalar(value: int, dtype: Any) -> np.ndarray:
+    """``value`` as a cached 0-d array of ``dtype``, clamped to its range (a threshold beyond it
+    means "no query is longer"): comparing an array with a Python int makes numpy convert the int
+    on every call, a large share of the comparison on small arrays."""
+    scalar = _SCALARS.get((value, dtype))
+    if scalar is None:
+        clamped = min(value, int(np.iinfo(dtype).max))
+        scalar = _SCALARS.setdefault((value, dtype), np.array(clamped, dtype=dtype))
+    return scalar
 
 
 def _sync_allowed() -> contextlib.AbstractContextManager[Any]:
