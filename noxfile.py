@@ -13,6 +13,7 @@ Sessions (``bash scripts/nox -l`` lists them):
   lock                 re-pin requirements/*.txt from requirements/*.in
   verify -- VERSION    the CPU suite on one vLLM release, then scripts/verify_release.py VERSION
   upstream             the upstream patch against vLLM's sources and tests (docs/upstream/)
+  cpu-only             with pip's configuration off, the test stack resolves no CUDA package
 Pass extra pytest arguments after --, e.g. ``bash scripts/nox -s tests -- -k split``.
 """
 
@@ -111,6 +112,12 @@ def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) ->
         session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm=={vllm_version}")
     else:
         session.log(f"reusing {session.virtualenv.location} (stamp unchanged, vLLM {vllm_version})")
+
+
+@nox.session(name="cpu-only")
+def cpu_only(session: nox.Session) -> None:
+    install_torch(session)
+    session.run("python", "scripts/check_cpu_only.py")
 
 
 @nox.session
