@@ -93,24 +93,16 @@ def decide_registration(
         )
     parsed = parse_version(vllm_version)
     if parsed is None:
-        if forced:
-            return Decision(
-                True, logging.WARNING, _forced(f"vLLM version {vllm_version!r} is unparsable")
-            )
-        return Decision(
-            False,
-            logging.WARNING,
+        return _unless_forced(
+            forced,
+            f"vLLM version {vllm_version!r} is unparsable",
             f"cannot parse the vLLM version {vllm_version!r}; not overriding ROCM_AITER_FA. "
             f"Set {SWITCH_ENV}=force to override anyway.",
         )
     if parsed < MIN_SUPPORTED_VLLM:
-        if forced:
-            return Decision(
-                True, logging.WARNING, _forced(f"vLLM {vllm_version} is below {_min()}")
-            )
-        return Decision(
-            False,
-            logging.WARNING,
+        return _unless_forced(
+            forced,
+            f"vLLM {vllm_version} is below {_min()}",
             f"vLLM {vllm_version} is older than {_min()}, the oldest release this plugin "
             f"was verified on; ROCM_AITER_FA stays stock. Its split has no EAGLE crash but can "
             f"drop context in model-runner V2 order: set {SWITCH_ENV}=force to override anyway, "
@@ -159,5 +151,13 @@ def _min() -> str:
     return format_version(MIN_SUPPORTED_VLLM)
 
 
-def _forced(reason: str) -> str:
-    return f"{reason}, but {SWITCH_ENV}=force: overriding ROCM_AITER_FA anyway."
+def _unless_forced(forced: bool, reason: str, refusal: str) -> Decision:
+    """Stay stock with the WARNING ``refusal``; under ``force``, override with a WARNING that
+    names ``reason``."""
+    if forced:
+        return Decision(
+            True,
+            logging.WARNING,
+            f"{reason}, but {SWITCH_ENV}=force: overriding ROCM_AITER_FA anyway.",
+        )
+    return Decision(False, logging.WARNING, refusal)
