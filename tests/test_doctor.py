@@ -13,7 +13,7 @@ from vllm.v1.attention.backends import utils as stock_utils
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
 from tests import environment, vllm_releases
-from tests.subprocess_util import REPO_ROOT, scrubbed_env
+from tests.subprocess_util import REPO_ROOT, run_child, scrubbed_env
 from vllm_rocm_aiter_plugin import policy
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
@@ -151,6 +151,34 @@ def test_every_check_that_cannot_run_gives_exit_code_2_and_is_named(check, monke
     for source, problem in found.items():
         if source != check:  # what the checks that did run found is still reported
             assert any(problem in p for p in report.problems), (source, report.problems)
+
+
+def test_fresh_process_checks_import_nothing_in_their_threads():
+    """The checks that start child processes run in threads beside the in-process checks; a
+    thread importing vLLM's modules while the main thread does can deadlock (vLLM 0.24.0:
+    _DeadlockError, and the doctor exits 2), so the threads import nothing. Child processes are
+    refused here: the checks run up to starting one."""
+    child = run_child(
+        """
+        import subprocess, sys, threading
+        from unittest import mock
+        from vllm_rocm_aiter_plugin.diagnostics import doctor
+
+        in_threads = []
+        def record(event, args):
+            if event == "import" and threading.current_thread() is not threading.main_thread():
+                in_threads.append(args[0])
+        sys.addaudithook(record)
+        def no_child(*args, **kwargs):
+            raise OSError("no child processes in this test")
+        with mock.patch.object(subprocess, "run", no_child):
+            checks = doctor.collect()
+        report({"in_threads": in_threads, "errors": checks.check_errors})
+        """
+    )
+    for name in doctor.FRESH_PROCESS:  # each got as far as starting its child
+        assert "no child processes in this test" in child.result["errors"][name]
+    assert child.result["in_threads"] == []
 
 
 def test_vllm_plugins_entries_are_not_stripped(tmp_path):

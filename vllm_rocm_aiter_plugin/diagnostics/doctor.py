@@ -12,7 +12,9 @@ could not run. ``--json`` prints one object with stable keys.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -322,6 +324,13 @@ FRESH_PROCESS: dict[str, Callable[[], Any]] = {
     "resolution": check_resolution,
     "forward": check_forward,
 }
+FRESH_PROCESS_MODULES = (
+    "torch",
+    "vllm_rocm_aiter_plugin.diagnostics.probe",
+    "vllm_rocm_aiter_plugin.diagnostics.forward.runner",
+    "vllm_rocm_aiter_plugin.diagnostics.forward.cases",
+)
+"""What the fresh-process checks import; :func:`collect` imports it before their threads start."""
 
 
 def collect(overrides: dict[str, Callable[[], Any]] | None = None) -> DoctorReport:
@@ -329,6 +338,12 @@ def collect(overrides: dict[str, Callable[[], Any]] | None = None) -> DoctorRepo
     checks = {**IN_PROCESS, **FRESH_PROCESS, **(overrides or {})}
     report = DoctorReport()
     results: dict[str, Any] = {}
+    # The threads only wait on child processes, so they must import nothing: a thread importing
+    # vLLM's modules while this one does can deadlock (Python raises _DeadlockError; seen on vLLM
+    # 0.24.0). A module that fails to import here fails again, and is reported, in its check.
+    for module in FRESH_PROCESS_MODULES:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(checks[name]) for name in FRESH_PROCESS}
         for name in IN_PROCESS:
