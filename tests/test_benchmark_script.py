@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -91,6 +92,22 @@ def test_serving_trace_reports_stock_dropping_context_and_the_plugin_never(tmp_p
         assert row["forward_steps"] == 1 and row["forward_requests"] > 0
         assert row["plugin_wrong"] == row["plugin_nan"] == 0
     assert "| prefix-cache-heavy | " in proc.stdout
+
+
+def test_split_paths_compares_the_removed_path_with_the_one_in_use():
+    """The removed two-path split, loaded from git history, gives the same counts as the split in
+    use (the script asserts it) and both are timed alone and inside build() (no timing asserted)."""
+    have = subprocess.run(
+        ["git", "cat-file", "-e", "38e72d2^{commit}"],  # split_paths.REMOVED_AT
+        cwd=REPO_ROOT,
+        capture_output=True,
+    )
+    if have.returncode != 0:
+        pytest.skip("needs the git history that holds the removed split (a shallow clone lacks it)")
+    proc = _run_benchmark("split_paths.py", "--sizes", "8", "--budget-s", "0.02")
+    for shape in ("mixed", "mixed-v2", "extend-heavy"):
+        assert re.search(rf"^{shape} +8 ", proc.stdout, re.MULTILINE), proc.stdout
+    assert "at the benchmark's sizes where the removed path applied ([8])" in proc.stdout
 
 
 def _run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess:
