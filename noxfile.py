@@ -6,7 +6,9 @@ Sessions (``bash scripts/nox -l`` lists them):
   lint                 ruff check and ruff format --check
   typecheck            mypy over the package
   compat               the CPU suite against every release in releases.TESTED, in one environment,
-                       swapping vLLM with --no-deps; writes compat/results.{md,json}
+                       swapping vLLM with --no-deps; writes compat/results.json
+                       (-- VERSION...: those releases; -- --rerun-failed VERSION...: only the
+                       tests that failed in their last run)
   bench                benchmarks/bench_builder.py against the newest vLLM
   trace                benchmarks/serving_trace.py (vLLM's Scheduler, attention-output view)
   docs                 regenerate the docs' result tables from the results files
@@ -161,9 +163,10 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def compat(session: nox.Session) -> None:
-    versions = session.posargs or list(releases.TESTED)
-    install_stack(session, versions[-1])
-    session.run("python", "scripts/compat.py", *versions)
+    args = session.posargs or list(releases.TESTED)
+    named = [a for a in args if not a.startswith("-")] or [releases.NEWEST]
+    install_stack(session, named[-1])
+    session.run("python", "scripts/compat.py", *args)
 
 
 @nox.session

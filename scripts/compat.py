@@ -3,6 +3,7 @@
 Usage (inside an environment built by ``noxfile.py``; ``bash scripts/nox -s compat`` does it all,
 for every release in ``vllm_rocm_aiter_plugin/releases.py``):
     python scripts/compat.py VERSION [VERSION ...]
+    python scripts/compat.py --rerun-failed VERSION [VERSION ...]
 
 For each release: swap vLLM with ``pip install --no-deps --force-reinstall`` (torch and the pinned
 dependencies stay), probe the stock split (does it crash on an EAGLE pure-decode batch, does it
@@ -10,6 +11,11 @@ drop context in model-runner V2 order), run the whole CPU suite (the forward tie
 JUnit report, and record the counts. Writes ``compat/results.json`` (a partial rerun updates its
 rows and keeps the others); ``bash scripts/nox -s docs`` puts the table into ``docs/releases.md``.
 Exits non-zero if any release failed.
+
+``--rerun-failed`` reruns only the tests that failed in a release's last report, after a fix that
+touches nothing else (a slow release need not run whole again); the row keeps the first run's
+counts for the other tests and records the rerun (``rerun``: tests, failed, seconds), which the
+generated table shows. When a fix could change other tests, rerun the release.
 """
 
 from __future__ import annotations
@@ -19,12 +25,15 @@ import os
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 
-import junit_summary  # scripts/ is on sys.path when this file runs as a script
+import docs_tables  # scripts/ is on sys.path when this file runs as a script
+import junit_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "compat")
 JUNIT_DIR = os.path.join(ROOT, "build", "compat")
+RESULTS = os.path.join(OUT_DIR, "results.json")
 
 PROBE = (
     "from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order\n"
@@ -40,15 +49,36 @@ def _counts(junit: str) -> dict[str, int]:
     return {"passed": c["passed"], "failed": c["failures"] + c["errors"], "skipped": c["skipped"]}
 
 
-def run_release(version: str) -> dict[str, object]:
-    row: dict[str, object] = {"vllm": version}
+def _install(version: str) -> str | None:
+    """Swap in vLLM ``version``; the error, or None."""
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "--no-deps", "--force-reinstall", f"vllm=={version}"],
         capture_output=True, text=True,
     )  # fmt: skip
-    if install.returncode != 0:
-        return {**row, "error": "install failed: " + install.stderr.strip()[-300:]}
+    return None if install.returncode == 0 else "install failed: " + install.stderr.strip()[-300:]
+
+
+def _junit(version: str, suffix: str = "") -> str:
+    return os.path.join(JUNIT_DIR, f"junit-vllm-{version}{suffix}.xml")
+
+
+def _pytest(junit: str, *tests: str) -> tuple[int, int]:
+    """Run pytest in the tree with a JUnit report: (exit code, seconds)."""
+    start = time.monotonic()
+    tests_run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+         *tests],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    return tests_run.returncode, round(time.monotonic() - start)
+
+
+def run_release(version: str) -> dict[str, object]:
+    row: dict[str, object] = {"vllm": version}
+    error = _install(version)
+    if error:
+        return {**row, "error": error}
     probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT)
     marker = [line for line in probe.stdout.splitlines() if line.startswith("@@")]
     if not marker:
@@ -57,39 +87,75 @@ def run_release(version: str) -> dict[str, object]:
     row.update(
         affected=affected, drops_context=drops_context, installed=installed, torch=torch_version
     )
-    junit = os.path.join(JUNIT_DIR, f"junit-vllm-{version}.xml")
-    start = time.monotonic()
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    row["seconds"] = round(time.monotonic() - start)
+    junit = _junit(version)
+    if os.path.exists(junit):
+        os.remove(junit)
+    code, row["seconds"] = _pytest(junit)
     if not os.path.exists(junit):
-        return {**row, "error": "pytest produced no report: " + tests.stdout.strip()[-300:]}
+        return {**row, "error": f"pytest exited {code} without a report"}
     row.update(_counts(junit))
-    if tests.returncode not in (0, 1):
-        row["error"] = f"pytest exited {tests.returncode}"
+    if code not in (0, 1):
+        row["error"] = f"pytest exited {code}"
     return row
 
 
-def markdown(rows: list[dict[str, object]]) -> str:
-    lines = [
-        "| vLLM | stock crashes on EAGLE decode (probed) | stock drops context in V2 order "
-        "(probed) | passed | failed | skipped | seconds |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        if "passed" in r:
-            lines.append(
-                f"| {r['vllm']} | {r['affected']} | {r.get('drops_context', '-')} | {r['passed']} "
-                f"| {r['failed']} | {r['skipped']} | {r['seconds']} |"
-            )
-        else:
-            lines.append(
-                f"| {r['vllm']} | {r.get('affected', '-')} | {r.get('drops_context', '-')} "
-                f"| - | - | - | {r['error']} |"
-            )
-    return "\n".join(lines) + "\n"
+def failed_tests(junit: str) -> list[str]:
+    """pytest node ids of the tests that failed or errored in a JUnit report."""
+    ids = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if not any(child.tag in ("failure", "error") for child in case):
+            continue
+        parts = case.get("classname", "").split(".")
+        # the longest leading part that names a file: tests.test_x.TestY -> tests/test_x.py::TestY
+        files = [i for i in range(1, len(parts) + 1) if _is_module(parts[:i])]
+        cut = files[-1] if files else len(parts)
+        path = os.path.join(*parts[:cut]) + ".py"
+        ids.append("::".join([path, *parts[cut:], case.get("name", "")]))
+    return ids
+
+
+def _is_module(parts: list[str]) -> bool:
+    return os.path.isfile(os.path.join(ROOT, *parts) + ".py")
+
+
+def rerun_failed(version: str, rows: dict[str, dict[str, object]]) -> dict[str, object]:
+    row = dict(rows.get(version) or {"vllm": version, "error": "no earlier row to rerun"})
+    junit = _junit(version)
+    if "passed" not in row or not os.path.exists(junit):
+        return {**row, "error": f"no earlier full run of {version} to rerun"}
+    tests = failed_tests(junit)
+    if not tests:
+        return row
+    error = _install(version)
+    if error:
+        return {**row, "error": error}
+    rerun_junit = _junit(version, "-rerun")
+    code, seconds = _pytest(rerun_junit, *tests)
+    if not os.path.exists(rerun_junit):
+        return {**row, "error": f"the rerun's pytest exited {code} without a report"}
+    again = _counts(rerun_junit)
+    first = _counts(junit)
+    return {
+        **row,
+        "passed": first["passed"] + again["passed"],
+        "failed": again["failed"],
+        "skipped": first["skipped"] + again["skipped"],
+        "rerun": {"tests": len(tests), "failed": again["failed"], "seconds": seconds},
+    }
+
+
+def _rows() -> dict[str, dict[str, object]]:
+    """Every release's latest row: ``compat/results.json``, updated by the rows measured since."""
+    rows: dict[str, dict[str, object]] = {}
+    if os.path.exists(RESULTS):  # a partial run updates its rows and keeps the others
+        with open(RESULTS) as f:
+            rows = {str(r["vllm"]): r for r in json.load(f)}
+    for name in os.listdir(JUNIT_DIR):
+        if name.startswith("row-") and name.endswith(".json"):
+            with open(os.path.join(JUNIT_DIR, name)) as f:
+                row = json.load(f)
+            rows[str(row["vllm"])] = row
+    return rows
 
 
 def main(versions: list[str]) -> int:
@@ -99,27 +165,21 @@ def main(versions: list[str]) -> int:
     runs over disjoint releases in two environments merge)."""
     os.makedirs(OUT_DIR, exist_ok=True)
     os.makedirs(JUNIT_DIR, exist_ok=True)
+    rerun = versions[:1] == ["--rerun-failed"]
+    if rerun:
+        versions = versions[1:]
     ran = []
     for version in versions:
-        row = run_release(version)
+        row = rerun_failed(version, _rows()) if rerun else run_release(version)
         ran.append(row)
         with open(os.path.join(JUNIT_DIR, f"row-{version}.json"), "w") as f:
             json.dump(row, f)
         print(json.dumps(row), flush=True)
-    results_path = os.path.join(OUT_DIR, "results.json")
-    rows: dict[str, dict[str, object]] = {}
-    if os.path.exists(results_path):  # a partial rerun updates its rows and keeps the others
-        with open(results_path) as f:
-            rows = {str(r["vllm"]): r for r in json.load(f)}
-    for name in os.listdir(JUNIT_DIR):
-        if name.startswith("row-") and name.endswith(".json"):
-            with open(os.path.join(JUNIT_DIR, name)) as f:
-                row = json.load(f)
-            rows[str(row["vllm"])] = row
+    rows = _rows()
     ordered = sorted(rows.values(), key=lambda r: tuple(map(int, str(r["vllm"]).split("."))))
-    with open(results_path, "w") as f:
+    with open(RESULTS, "w") as f:
         json.dump(ordered, f, indent=1)
-    print(markdown(ran))
+    print(docs_tables.releases_table())
     print("compat: wrote compat/results.json; `bash scripts/nox -s docs` updates docs/releases.md")
     return 1 if any(r.get("failed") or r.get("error") for r in ran) else 0
 

@@ -58,7 +58,7 @@ def releases_table() -> str:
         if "passed" in r:
             lines.append(
                 f"| {r['vllm']} | {r['affected']} | {r['drops_context']} | {nan} | {r['passed']} "
-                f"| {r['failed']} | {r['skipped']} | {r['seconds']} |"
+                f"| {r['failed']} | {r['skipped']} | {_seconds(r)} |"
             )
         else:
             lines.append(f"| {r['vllm']} | - | - | {nan} | - | - | - | {r.get('error', '')} |")
@@ -68,6 +68,14 @@ def releases_table() -> str:
     )
     return "\n".join([*lines, "", f"Green: {green} of {len(facts.TESTED)} tested releases "
                       f"({tested} measured)."])  # fmt: skip
+
+
+def _seconds(row: dict) -> str:
+    """The run's seconds, and a rerun of its failed tests (``compat.py --rerun-failed``) if any."""
+    rerun = row.get("rerun")
+    if not rerun:
+        return str(row["seconds"])
+    return f"{row['seconds']} + {rerun['seconds']} (rerun of {rerun['tests']} failed)"
 
 
 def _cell(value: float | None, digits: int = 1) -> str:
