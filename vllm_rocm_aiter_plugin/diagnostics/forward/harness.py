@@ -33,8 +33,10 @@ GATHER_NAME = "cp_mha_gather_cache"
 @functools.cache
 def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
     """vLLM's ``cp_mha_gather_cache``: the module's own on ROCm, else loaded from its source (the
-    body of its ``if current_platform.is_rocm():`` block, run in a copy of the module's
-    namespace). Returns (function or None, where it came from or why it is missing)."""
+    body of its ``if current_platform.is_rocm():`` block without its imports from AITER, which
+    cannot load off ROCm and which the gather kernel does not use; 0.29-0.32 import AITER's
+    Gluon decode there; run in a copy of the module's namespace). Returns (function or None,
+    where it came from or why it is missing)."""
     from vllm.v1.attention.backends import rocm_aiter_fa
 
     own = vars(rocm_aiter_fa).get(GATHER_NAME)
@@ -58,9 +60,18 @@ def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
     if not blocks:
         return None, "this vLLM defines no cp_mha_gather_cache under is_rocm()"
     namespace = dict(vars(rocm_aiter_fa))
-    module = ast.Module(body=blocks[0].body, type_ignores=[])
+    body = [node for node in blocks[0].body if not _imports_aiter(node)]
+    module = ast.Module(body=body, type_ignores=[])
     exec(compile(module, rocm_aiter_fa.__file__, "exec"), namespace)
     return namespace[GATHER_NAME], "vLLM's Triton kernel, under the Triton interpreter"
+
+
+def _imports_aiter(node: ast.stmt) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == "aiter"
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] == "aiter" for alias in node.names)
+    return False
 
 
 @dataclass
