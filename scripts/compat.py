@@ -12,6 +12,9 @@ JUnit report, and record the counts. Writes ``compat/results.json`` (a partial r
 rows and keeps the others); ``bash scripts/nox -s docs`` puts the table into ``docs/releases.md``.
 Exits non-zero if any release failed.
 
+Run one compat at a time in a tree: each run's end rewrites ``compat/results.json``, which the
+suite's docs test reads, so a second run's suite would see the table go out of date under it.
+
 ``--rerun-failed`` reruns only the tests that failed in a release's last report, after a fix that
 touches nothing else (a slow release need not run whole again); the row keeps the first run's
 counts for the other tests and records the rerun (``rerun``: tests, failed, seconds), which the
