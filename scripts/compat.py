@@ -164,8 +164,8 @@ def _rows() -> dict[str, dict[str, object]]:
 def main(versions: list[str]) -> int:
     """Each release's row goes to ``build/compat/row-VERSION.json`` as soon as it is measured;
     ``compat/results.json`` is rewritten once, at the end, with every row measured so far (so
-    that the suite, whose docs test reads that file, sees one file during the whole run, and two
-    runs over disjoint releases in two environments merge)."""
+    that the suite, whose docs test reads that file, sees one file during the whole run, and
+    runs over disjoint releases, one after the other, merge)."""
     os.makedirs(OUT_DIR, exist_ok=True)
     os.makedirs(JUNIT_DIR, exist_ok=True)
     rerun = versions[:1] == ["--rerun-failed"]
