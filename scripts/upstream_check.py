@@ -81,8 +81,24 @@ def make_tree(name: str, sdist: str) -> str:
         for member in members:
             member.name = member.name[len(prefix) + 1 :]
         archive.extractall(tree, members=members, filter="data")
-    shutil.copytree(os.path.dirname(vllm.__file__), os.path.join(tree, "vllm"))
+    # Hard links: the trees share the wheel's files on disk (about 1 GB each as copies).
+    shutil.copytree(os.path.dirname(vllm.__file__), os.path.join(tree, "vllm"),
+                    copy_function=_link_or_copy)  # fmt: skip
     return tree
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
+def _own_copy(path: str) -> None:
+    """Give ``path`` an inode of its own, so that patching it cannot reach the installed wheel."""
+    if os.path.exists(path):
+        shutil.copy2(path, path + ".own")
+        os.replace(path + ".own", path)
 
 
 def apply_patch(tree: str, patch: str, *only: str) -> tuple[bool, str]:
@@ -96,8 +112,10 @@ def apply_patch(tree: str, patch: str, *only: str) -> tuple[bool, str]:
     )  # fmt: skip
     if check.returncode != 0:
         return False, check.stderr.strip()[-500:]
-    subprocess.run(["git", "apply", *include, patch], cwd=tree, check=True)
     files = re.findall(r"^Checking patch (\S+)\.\.\.$", check.stderr, re.M)
+    for name in files:
+        _own_copy(os.path.join(tree, name))
+    subprocess.run(["git", "apply", *include, patch], cwd=tree, check=True)
     return True, f"applies cleanly ({', '.join(files)})"
 
 

@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 NOT_IN_THE_ENVIRONMENT = (
-    "{missing} is not installed in this Python ({python}): run the tests with "
+    "{missing} not installed in this Python ({python}): run the tests with "
     "`bash scripts/nox -s tests`, which builds their environments"
 )
 
@@ -46,7 +46,10 @@ def pytest_configure(config: pytest.Config) -> None:
             missing.append(name)
     if missing:
         raise pytest.UsageError(
-            NOT_IN_THE_ENVIRONMENT.format(missing=" and ".join(missing), python=sys.executable)
+            NOT_IN_THE_ENVIRONMENT.format(
+                missing=" and ".join(missing) + (" are" if len(missing) > 1 else " is"),
+                python=sys.executable,
+            )
         )
 
 

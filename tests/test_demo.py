@@ -30,10 +30,12 @@ def _section(out: str, title: str) -> str:
     return out[start : end if end >= 0 else None]
 
 
-def test_demo_shows_both_bugs_and_whether_the_fix_is_active():
+def test_demo_shows_both_bugs_and_whether_the_fix_is_active(tmp_path):
     """Active (exit 0) wherever the plugin takes ROCM_AITER_FA by default; on a vLLM older than
-    the tested range the policy leaves it stock, and the demo says so (exit 1)."""
-    proc = _demo()
+    the tested range the policy leaves it stock, and the demo says so (exit 1). It leaves none
+    of its model directories behind."""
+    proc = _demo({"TMPDIR": str(tmp_path)})
+    assert not list(tmp_path.glob("tiny-llama-*"))
     active = environment.plugin_overrides_by_default()
     assert proc.returncode == (0 if active else 1), proc.stdout + proc.stderr
     out = proc.stdout

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -54,22 +58,33 @@ def test_the_walk_finds_diagnostics_imports():
     assert any(n.startswith("vllm_rocm_aiter_plugin.diagnostics") for n in imported_modules(cli))
 
 
-def test_tests_outside_their_environment_say_how_to_run_them_in_one_line():
-    """A Python without vLLM (here: one that cannot import it) gets pytest's one usage line."""
-    import subprocess
-    import sys
+def _link_distribution_tree(name: str, target: pathlib.Path) -> None:
+    """Symlink ``name``'s installed files and those of what it requires into ``target``."""
+    from packaging.requirements import Requirement
 
-    code = (
-        "import sys; sys.modules['vllm'] = None; import pytest; "
-        "sys.exit(pytest.main(['-p', 'no:cacheprovider', '--collect-only', '-q', 'tests']))"
-    )
+    dist = importlib.metadata.distribution(name)
+    for top in {pathlib.PurePath(str(f)).parts[0] for f in dist.files or ()}:
+        if top not in ("..", "__pycache__") and not (target / top).exists():
+            (target / top).symlink_to(pathlib.Path(str(dist.locate_file(top))))
+    for line in dist.requires or ():
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            _link_distribution_tree(requirement.name, target)
+
+
+def test_tests_outside_their_environment_say_how_to_run_them_in_one_line(tmp_path):
+    """An interpreter whose import path holds pytest and what it requires, and neither torch nor
+    vLLM, gets pytest's one usage line."""
+    _link_distribution_tree("pytest", tmp_path)
+    code = "import sys, pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '--collect-only']))"
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-        timeout=120, stdin=subprocess.DEVNULL,
+        [sys.executable, "-S", "-c", code],  # -S: no site-packages, so no torch and no vLLM
+        cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert proc.returncode == 4  # pytest's usage error
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
     output = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert output == [
-        f"ERROR: vllm is not installed in this Python ({sys.executable}): run the tests with "
-        "`bash scripts/nox -s tests`, which builds their environments"
+        f"ERROR: torch and vllm are not installed in this Python ({sys.executable}): run the "
+        "tests with `bash scripts/nox -s tests`, which builds their environments"
     ], output

@@ -7,9 +7,11 @@ Everything here builds the installed vLLM's own classes (``VllmConfig``,
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -50,8 +52,12 @@ def write_tiny_llama(
     num_heads: int = NUM_HEADS,
     num_kv_heads: int = NUM_KV_HEADS,
 ) -> str:
-    """Write a tiny Llama ``config.json`` into ``directory`` (a new temp dir if None)."""
-    directory = str(directory) if directory is not None else tempfile.mkdtemp(prefix="tiny-llama-")
+    """Write a tiny Llama ``config.json`` into ``directory``; if None, into a new temporary
+    directory that is removed when the process exits."""
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="tiny-llama-")
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    directory = str(directory)
     os.makedirs(directory, exist_ok=True)
     config = {
         **_TINY_LLAMA,
