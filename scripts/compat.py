@@ -28,7 +28,6 @@ import os
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 
 import docs_tables  # scripts/ is on sys.path when this file runs as a script
 import junit_summary
@@ -105,15 +104,15 @@ def run_release(version: str) -> dict[str, object]:
 def failed_tests(junit: str) -> list[str]:
     """pytest node ids of the tests that failed or errored in a JUnit report."""
     ids = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        if not any(child.tag in ("failure", "error") for child in case):
+    for classname, name, outcome, _ in junit_summary.outcomes(junit):
+        if outcome not in ("failure", "error"):
             continue
-        parts = case.get("classname", "").split(".")
+        parts = classname.split(".")
         # the longest leading part that names a file: tests.test_x.TestY -> tests/test_x.py::TestY
         files = [i for i in range(1, len(parts) + 1) if _is_module(parts[:i])]
         cut = files[-1] if files else len(parts)
         path = os.path.join(*parts[:cut]) + ".py"
-        ids.append("::".join([path, *parts[cut:], case.get("name", "")]))
+        ids.append("::".join([path, *parts[cut:], name]))
     return ids
 
 

@@ -1,4 +1,4 @@
-"""Counts of JUnit XML reports, one line each (used by scripts/nox, .ci/run and compat).
+"""Counts and outcomes of JUnit XML reports (used by scripts/nox, .ci/run, compat, upstream_check).
 
 junit_summary.py SOURCE COPY       print SOURCE's counts and keep a copy at COPY
 junit_summary.py --each REPORT...  one line per report, then the total; exit 1 if any failed
@@ -22,6 +22,17 @@ def counts(path: str) -> dict[str, int]:
             total[key] += int(suite.get(key, 0))
     total["passed"] = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
     return total
+
+
+def outcomes(path: str) -> list[tuple[str, str, str, str]]:
+    """Each test case of a report: (classname, name, outcome, message); the outcome is passed,
+    failure, error or skipped."""
+    rows = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        result = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        outcome, message = ("passed", "") if result is None else (result.tag, result.get("message"))
+        rows.append((case.get("classname", ""), case.get("name", ""), outcome, message or ""))
+    return rows
 
 
 def _line(c: dict[str, int]) -> str:

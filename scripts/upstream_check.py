@@ -25,7 +25,8 @@ import subprocess
 import sys
 import tarfile
 import urllib.request
-import xml.etree.ElementTree as ET
+
+import junit_summary  # scripts/ is on sys.path when this file runs as a script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "upstream")
@@ -135,17 +136,12 @@ def vllm_tests(tree: str, tests: list[str], junit: str) -> dict[str, str]:
         cwd=tree, env=env, capture_output=True, text=True, timeout=3600,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    outcomes = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        name = f"{case.get('classname')}::{case.get('name')}"
-        outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
-        if outcome is None:
-            outcomes[name] = "passed"
-        elif outcome.tag == "skipped" and "ROCm" in (outcome.get("message") or ""):
-            outcomes[name] = "skipped (ROCm only)"
-        else:
-            outcomes[name] = outcome.tag
-    return outcomes
+    return {
+        f"{classname}::{name}": "skipped (ROCm only)"
+        if outcome == "skipped" and "ROCm" in message
+        else outcome
+        for classname, name, outcome, message in junit_summary.outcomes(junit)
+    }
 
 
 def in_tree(tree: str, code: str) -> dict:
