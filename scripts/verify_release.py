@@ -6,7 +6,7 @@ builds one): ``python scripts/verify_release.py 0.34.0``
 Runs the differential tests (the own build path against the installed vLLM's ``build()``, in V1
 and model-runner V2 order, plus the split and its attention oracle) with the own path forced on
 (``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=force``). Only if they pass does it print the line for
-``VERIFIED_BUILD_FINGERPRINTS`` in ``vllm_rocm_aiter_plugin/builder.py``. Exit 0 = verified (or
+``VERIFIED_BUILD_FINGERPRINTS`` in ``src/vllm_rocm_aiter_plugin/builder.py``. Exit 0 = verified (or
 already known), 1 = a test failed (do not add the line), 2 = the wrong vLLM is installed.
 """
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import sysconfig
+from pathlib import Path
 
 from packaging.version import Version
 
@@ -51,3 +53,12 @@ def plugin_overrides_by_default() -> bool:
     """Whether the plugin takes ROCM_AITER_FA with its switch unset: on every release from the
     oldest in the README's table on (newer ones too, with a WARNING); older ones stay stock."""
     return Version(vllm_releases.release()) >= TESTED_RANGE[0]
+
+
+def is_installed_copy(file: str) -> bool:
+    """Whether ``file`` lies in this environment's site-packages (where pip put the wheel; under
+    ``.nox/`` that is inside the repository) and not in the checkout's source tree."""
+    path = Path(file).resolve()
+    site = Path(sysconfig.get_path("purelib")).resolve()
+    source = Path(__file__).resolve().parents[1] / "src"
+    return site in path.parents and source not in path.parents

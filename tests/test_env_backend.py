@@ -9,6 +9,7 @@ import logging
 import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
+from tests import vllm_releases
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.env_backend import (
     ENV_VAR,
@@ -132,3 +133,80 @@ def test_a_valid_backend_is_selected_as_named():
     backend = AttentionBackendEnum.ROCM_AITER_FA
     select = _rejecting_select(valid={backend})
     assert select_attention_backend(select, backend, backend) == backend.get_path()
+
+
+FAKED_GFX942 = """
+import logging, types
+from unittest import mock
+
+import torch
+
+# vLLM's ROCm platform module reads the GPU's architecture when it is imported; here a faked
+# MI300X answers (torch's device query, in this child process only). Everything else is vLLM's.
+mi300x = types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-", name="AMD Instinct MI300X",
+                               major=9, minor=4, total_memory=192 << 30, multi_processor_count=304)
+with mock.patch("torch.cuda.get_device_properties", return_value=mi300x):
+    from vllm.platforms.rocm import RocmPlatform
+    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
+from vllm.config import set_current_vllm_config
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+from vllm.v1.attention.selector import AttentionSelectorConfig
+from vllm_rocm_aiter_plugin.diagnostics import samples
+
+warnings = []
+class Record(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            warnings.append(record.getMessage())
+logging.getLogger("vllm.rocm_aiter_plugin").addHandler(Record())
+
+selector = AttentionSelectorConfig(head_size=64, dtype=torch.float16, kv_cache_dtype="auto",
+                                   block_size=16)
+backend = AttentionBackendEnum[NAME]
+
+def outcome(platform):
+    try:
+        return platform.get_attn_backend_cls(backend, selector)
+    except Exception as exc:
+        return f"raises {type(exc).__name__}"
+
+with set_current_vllm_config(samples.tiny_vllm_config()):
+    report({"stock": outcome(RocmPlatform), "plugin": outcome(AiterRocmPlatform),
+            "auto": RocmPlatform.get_attn_backend_cls(None, selector), "warnings": warnings,
+            "arch": RocmPlatform.get_device_capability().as_version_str()})
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "name, honoured",
+    [("FLASH_ATTN", False), ("CPU_ATTN", False), ("TRITON_ATTN", True), ("ROCM_AITER_FA", True)],
+)
+def test_on_vllms_rocm_platform_only_a_backend_it_runs_is_honoured(name, honoured):
+    """vLLM's real ``RocmPlatform`` (a faked gfx942): its selector takes ``CPU_ATTN`` and passes
+    ``FLASH_ATTN`` (which needs the upstream flash-attn package on ROCm) on to fail later; the
+    plugin's platform honours the variable only for a backend that platform runs for the model,
+    and otherwise gives one WARNING and vLLM's automatic choice."""
+    from tests.subprocess_util import run_child
+
+    if name not in AttentionBackendEnum.__members__:
+        pytest.skip(f"vLLM {vllm_releases.release()} has no {name} backend")
+    from vllm_rocm_aiter_plugin.diagnostics.forward.harness import INTERPRETER_ENV
+
+    # Triton under its interpreter: vLLM's ROCm candidates import Triton kernels (0.33.0)
+    env = {**INTERPRETER_ENV, ENV_VAR: name}
+    child = run_child(FAKED_GFX942.replace("NAME", repr(name)), env=env)
+    result = child.result
+    assert result["arch"] == "9.4"
+    if honoured:
+        assert result["plugin"] == result["stock"] == AttentionBackendEnum[name].get_path()
+        assert result["warnings"] == []
+    else:
+        assert result["plugin"] == result["auto"]
+        (warning,) = result["warnings"]
+        assert warning.startswith(f"{ENV_VAR}={name} cannot run here")
+        assert "automatic selection applies" in warning
+    if not honoured:  # what stock does instead: accept it (to fail later), or reject it
+        assert result["stock"] in (AttentionBackendEnum[name].get_path(), "raises ValueError")
+    if name == "FLASH_ATTN":  # control: vLLM's ROCm selector accepts it (0.23.0 and 0.33.0)
+        assert result["stock"] == AttentionBackendEnum.FLASH_ATTN.get_path()

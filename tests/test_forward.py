@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import forward_checks, vllm_releases
+from tests import environment, forward_checks, vllm_releases
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
@@ -32,6 +32,10 @@ def report() -> dict:
 
 def _case(report: dict, name: str) -> dict:
     return next(c for c in report["cases"] if c["case"] == name)
+
+
+def test_the_forward_child_runs_the_installed_copy(report):
+    assert environment.is_installed_copy(report["plugin_file"]), report["plugin_file"]
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])

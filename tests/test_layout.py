@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import vllm_rocm_aiter_plugin
+from tests.subprocess_util import REPO_ROOT
 
 pytestmark = pytest.mark.cpu
 
@@ -52,6 +53,55 @@ def test_runtime_module_does_not_import_diagnostics(path):
     assert offending == [], f"{path.name} imports {offending}"
 
 
+def runtime_import_graph() -> dict[str, set[str]]:
+    """Which runtime modules each runtime module imports, at any depth (lazy imports included)."""
+    stems = {p.stem for p in RUNTIME}
+    graph = {}
+    for path in RUNTIME:
+        names = imported_modules(path)
+        graph[path.stem] = {
+            name.split(".")[1]
+            for name in names
+            if name.startswith("vllm_rocm_aiter_plugin.") and name.split(".")[1] in stems
+        } - {path.stem}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every elementary cycle's first sighting in a depth-first walk (empty: none)."""
+    found, state = [], dict.fromkeys(graph, "new")
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = "open"
+        for successor in sorted(graph.get(node, ())):
+            if state.get(successor) == "open":
+                found.append([*trail[trail.index(successor) :], successor])
+            elif state.get(successor) == "new":
+                visit(successor, [*trail, successor])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if state[node] == "new":
+            visit(node, [node])
+    return found
+
+
+def test_runtime_modules_import_each_other_without_cycles():
+    assert cycles(runtime_import_graph()) == []
+
+
+def test_envs_is_the_floor_it_imports_nothing_of_the_plugin():
+    assert runtime_import_graph()["envs"] == set()
+
+
+def test_the_cycle_check_can_fail():
+    """Control: the walk finds a cycle where there is one, lazy or not."""
+    assert cycles({"envs": {"policy"}, "policy": {"env_backend"}, "env_backend": {"envs"}}) == [
+        ["env_backend", "envs", "policy", "env_backend"]
+    ]
+    assert "envs" in runtime_import_graph()["policy"]
+
+
 def test_the_walk_finds_diagnostics_imports():
     """Control: the walk sees the diagnostics wing where it is imported (the CLI's own modules)."""
     cli = PACKAGE / "diagnostics" / "cli.py"
@@ -79,7 +129,7 @@ def test_tests_outside_their_environment_say_how_to_run_them_in_one_line(tmp_pat
     code = "import sys, pytest; sys.exit(pytest.main(['-p', 'no:cacheprovider', '--collect-only']))"
     proc = subprocess.run(
         [sys.executable, "-S", "-c", code],  # -S: no site-packages, so no torch and no vLLM
-        cwd=PACKAGE.parent, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)},
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error

@@ -1,5 +1,5 @@
 """Facts about the installed vLLM that the tests check against: inside the tested range from the
-one source (``vllm_rocm_aiter_plugin/releases.py``, read off the wheels), elsewhere by running
+one source (``src/vllm_rocm_aiter_plugin/releases.py``, read off the wheels), elsewhere by running
 vLLM's own code, since no list knows that release."""
 
 from __future__ import annotations
@@ -38,6 +38,18 @@ def installed_drops_context_in_v2_order() -> bool:
         [1, 50, 800], [901, 50, 8992], threshold=1, with_upper_bound=True
     )
     return int(num_decodes) + int(num_extends) < 3
+
+
+def installed_merge_makes_nan_of_empty_states() -> bool | None:
+    """Whether the installed vLLM's merge turns two empty context chunks into NaN: the table's
+    fact (read off the wheels, confirmed by the forward tier) inside the releases it covers; None
+    outside them, where only the forward tier's child, which runs the merge, can tell."""
+    from packaging.version import Version
+
+    low, high = (Version(v) for v in TABLE)
+    if low <= Version(release()) <= high:
+        return release() in releases.MERGE_NAN_OF_EMPTY_STATES
+    return None
 
 
 def _stock_split_raises_on_eagle_decode() -> bool:

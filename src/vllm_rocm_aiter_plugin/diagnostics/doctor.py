@@ -5,8 +5,9 @@ registered backend's builder in a fresh vLLM process, and vLLM's real ROCM_AITER
 model-runner V2 step (on a GPU with its kernels; on CPU with vLLM's Triton kernels under the
 interpreter and torch references for AITER's). Each check runs on its own; one that cannot run is
 named and gives exit code 2, and the problems the others found are still reported. Exit codes:
-0 = fix active or not needed, 1 = affected and the fix not active (or not working), 2 = a check
-could not run. ``--json`` prints one object with stable keys.
+0 = fix active or not needed, 1 = affected and the fix not active (or not working), or any
+PROBLEM line (a misconfiguration an operator should fix), 2 = a check could not run. ``--json``
+prints one object with stable keys.
 """
 
 from __future__ import annotations
@@ -174,10 +175,13 @@ def check_aiter() -> Aiter:
 
 def check_variables() -> list[VariableReport]:
     """Every variable the plugin reads (``envs.VARIABLES``), its value and what it does."""
+    from vllm_rocm_aiter_plugin.env_backend import resolve
+
     reports = []
     for variable in envs.VARIABLES:
         raw = os.environ.get(variable.name)
-        reading = variable.parse(raw)
+        # envs reads VLLM_ATTENTION_BACKEND without vLLM; what the name selects needs vLLM's list
+        reading = resolve(raw) if variable.name == envs.ATTENTION_BACKEND else variable.parse(raw)
         reports.append(
             VariableReport(variable.name, variable.owner, raw, reading.meaning, reading.problem)
         )
@@ -353,9 +357,14 @@ def collect(overrides: dict[str, Callable[[], Any]] | None = None) -> DoctorRepo
     for name, value in results.items():
         if name not in report.check_errors:
             setattr(report, name, value)
-    report.policy = _run(lambda: check_policy(report.resolution), "policy", report)
+    policy_check = checks.get("policy", lambda: check_policy(report.resolution))
+    report.policy = _run(policy_check, "policy", report)
     report.verdict, report.exit_code = _verdict(report)
     report.problems = _problems(report)
+    if report.problems and report.exit_code == EXIT_OK:  # a misconfiguration is worth an exit 1
+        count = len(report.problems)
+        report.exit_code = EXIT_NOT_ACTIVE
+        report.verdict += f"; but {count} PROBLEM line{'s' if count > 1 else ''} above to fix"
     report.notes = _notes(report)
     return report
 
@@ -419,8 +428,6 @@ def _problems(report: DoctorReport) -> list[str]:
     )
     if refused_version and decision is not None:  # below the range, or unparsable
         problems.append(decision.message)
-    elif decision is not None and decision.level == "WARNING" and decision.overrides_rocm_aiter_fa:
-        problems.append(decision.message)  # newer than tested: the policy's words
     if report.exit_code == EXIT_NOT_ACTIVE and not problems:
         problems.append(
             "ROCM_AITER_FA does not resolve to the plugin in a fresh vLLM process and no cause "
@@ -431,8 +438,13 @@ def _problems(report: DoctorReport) -> list[str]:
 
 
 def _notes(report: DoctorReport) -> list[str]:
-    """What this machine cannot do (informational: the exit code does not change)."""
+    """What this machine cannot do, and what the checks above already settle (informational: the
+    exit code does not change)."""
     notes = []
+    decision = report.policy
+    if decision is not None and decision.level == "WARNING" and decision.overrides_rocm_aiter_fa:
+        # newer than tested (or forced): the checks above ran the plugin on this very vLLM
+        notes.append(f"{decision.message} The checks above ran the plugin on this vLLM.")
     versions, aiter, gpu = report.versions, report.aiter, report.gpu
     if "gpu" not in report.check_errors and (gpu is None or not gpu.rocm):
         what = "no GPU" if gpu is None else f"{gpu.name} is not a ROCm GPU"
@@ -548,8 +560,11 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
         f = report.forward
         rows.append((f"forward, {f.case}", f"on {f.device}: ROCM_AITER_FA {f.registered_detail}"))
         rows.append(("  stock's backend", f"{len(f.stock_wrong_requests)} requests wrong"))
-        chunks = f"{_fmt(f.chunks)} (stock in V1 order: {_fmt(f.v1_stock_chunks)})"
-        rows.append(("  context chunks", chunks))
+        chunks = (
+            f"{_fmt(f.chunks)} (vLLM, in its own V1 order: {_fmt(f.v1_stock_chunks)}). Each pass "
+            "reads a slice of every request's cached context: fewer passes, a faster step"
+        )
+        rows.append(("  passes over cached context", chunks))
         merge = (
             "NaN on this vLLM (the plugin keeps them empty)"
             if f.merge_makes_nan_of_empty_states

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vllm_rocm_aiter_plugin import releases
+from vllm_rocm_aiter_plugin.envs import PLUGIN_NAME as PLUGIN_NAME
 from vllm_rocm_aiter_plugin.envs import SWITCH as SWITCH_ENV
 from vllm_rocm_aiter_plugin.envs import Switch
 
@@ -20,9 +21,6 @@ def parse_version_strict(version: str) -> tuple[int, int, int]:
     major, minor, patch = releases.version_tuple(version)
     return major, minor, patch
 
-
-PLUGIN_NAME = "vllm_rocm_aiter_plugin"
-"""Entry-point name in both vLLM groups; this is what ``VLLM_PLUGINS`` must list."""
 
 MIN_SUPPORTED_VLLM = parse_version_strict(releases.OLDEST)
 """First release whose ROCM_AITER_FA builder and metadata the plugin knows."""
@@ -122,8 +120,9 @@ def decide_registration(
     return Decision(
         True,
         logging.INFO,
-        f"ROCM_AITER_FA -> {BACKEND_QUALNAME} (vLLM {vllm_version}; EAGLE pure-decode fix, vLLM "
-        f"PR #44936, and model-runner V2 batch-order fix){replaced}.",
+        f"ROCM_AITER_FA -> {BACKEND_QUALNAME} (vLLM {vllm_version}; fixes: the EAGLE crash, vLLM "
+        f"PR #44936; cached context in model-runner V2 order; NaN from empty context chunks)"
+        f"{replaced}.",
     )
 
 

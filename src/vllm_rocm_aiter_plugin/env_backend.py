@@ -5,13 +5,15 @@ ignore it. When the plugin's platform is active this maps the variable onto
 ``VllmConfig.attention_config.backend``, as ``--attention-backend`` would. It never stops a start
 that works without the plugin: a legacy name maps to the V1 backend it meant where ROCm has one,
 any other unknown name gives one WARNING naming the valid ones and leaves automatic selection, and
-a backend vLLM then rejects for the model falls back to automatic selection with a WARNING
-(:func:`select_attention_backend`). Plain functions, tested on CPU; the platform class only calls
-them. Why: ``docs/deviations.md``, "platform: VLLM_ATTENTION_BACKEND".
+a backend the ROCm platform cannot run (:func:`why_rocm_cannot_run`), or one vLLM then rejects for
+the model, falls back to automatic selection with a WARNING (:func:`select_attention_backend`).
+Plain functions, tested on CPU; the platform class only calls them. Why: ``docs/deviations.md``,
+"platform: VLLM_ATTENTION_BACKEND".
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,14 +21,12 @@ from typing import TYPE_CHECKING, Any
 from vllm.logger import init_logger
 
 from vllm_rocm_aiter_plugin.envs import ATTENTION_BACKEND as ENV_VAR
-from vllm_rocm_aiter_plugin.envs import Reading
+from vllm_rocm_aiter_plugin.envs import Reading, parse_attention_backend
 from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-_AUTO = {"", "auto"}
 
 LEGACY_NAMES: dict[str, str | None] = {
     # V0 and early-V1 names -> the V1 backend they meant on ROCm (None: no ROCm equivalent)
@@ -47,11 +47,10 @@ def resolve(raw: str | None) -> Reading:
     automatic selection (unset, ``auto``, or a name that cannot be honoured, with a problem)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    if raw is None:
-        return Reading(None, "unset: automatic selection")
-    name = raw.strip().upper()
-    if name.lower() in _AUTO:
-        return Reading(None, "auto: automatic selection")
+    named = parse_attention_backend(raw)
+    if named.value is None:  # unset or auto
+        return named
+    name = named.value
     if name in AttentionBackendEnum.__members__:
         return Reading(
             AttentionBackendEnum[name],
@@ -124,16 +123,30 @@ def select_attention_backend(
     selected_backend: Any,
     env_selected: Any,
     *args: Any,
+    why_not_here: Callable[[Any], str | None] | None = None,
     **kwargs: Any,
 ) -> str:
-    """``select(selected_backend, *args, **kwargs)`` (vLLM's ``get_attn_backend_cls``); when the
-    backend came from ``VLLM_ATTENTION_BACKEND`` and vLLM rejects it for this model (ValueError),
-    a WARNING and automatic selection instead: without the plugin the variable would have been
-    ignored and vLLM would have started."""
+    """``select(selected_backend, *args, **kwargs)`` (vLLM's ``get_attn_backend_cls``). When the
+    backend came from ``VLLM_ATTENTION_BACKEND``, two checks come first and either gives a
+    WARNING and automatic selection: ``why_not_here(backend)`` says why the platform cannot run
+    it (None: it can), and vLLM rejecting it for this model (ValueError). Without the plugin the
+    variable would have been ignored and vLLM would have started."""
+    from_env = env_selected is not None and selected_backend is env_selected
+    if from_env and why_not_here is not None:
+        reason = why_not_here(env_selected)
+        if reason:
+            logger.warning(
+                "%s=%s cannot run here (%s); automatic selection applies. Unset it, or name a "
+                "backend this platform runs.",
+                ENV_VAR,
+                env_selected.name,
+                reason,
+            )
+            return select(None, *args, **kwargs)
     try:
         return select(selected_backend, *args, **kwargs)
     except ValueError as exc:
-        if env_selected is None or selected_backend is not env_selected:
+        if not from_env:
             raise
         logger.warning(
             "%s=%s is not valid for this model on this GPU (%s); automatic selection applies.",
@@ -142,3 +155,49 @@ def select_attention_backend(
             exc,
         )
         return select(None, *args, **kwargs)
+
+
+def why_rocm_cannot_run(
+    platform: Any, select: Callable[..., str], backend: Any, *args: Any, **kwargs: Any
+) -> str | None:
+    """Why vLLM's ROCm ``platform`` cannot run ``backend`` for the model that ``select``'s
+    arguments describe (``args``, ``kwargs``: those of ``get_attn_backend_cls``); None when it can.
+
+    It can run vLLM's ROCm backends (``ROCM_*``; vLLM validates them for the model next), and
+    every backend that vLLM's own automatic selection on this platform finds valid for the model
+    (``get_valid_backends``). Anything else, ``FLASH_ATTN`` (it needs the upstream flash-attn
+    package on ROCm) or ``CPU_ATTN`` say, is refused: vLLM's ROCm selector would accept either
+    and fail later. Where this vLLM cannot say which backends are valid, only ``ROCM_*`` runs."""
+    if backend.name.startswith("ROCM_"):
+        return None
+    valid = _automatic_candidates(platform, select, backend, *args, **kwargs)
+    if valid is None:
+        return "this vLLM's ROCm platform does not say which backends it can run"
+    if backend in valid:
+        return None
+    names = ", ".join(b.name for b in valid) or "none"
+    return f"vLLM's ROCm platform does not run it for this model; it runs {names}"
+
+
+def _automatic_candidates(
+    platform: Any, select: Callable[..., str], backend: Any, *args: Any, **kwargs: Any
+) -> list[Any] | None:
+    """The backends ``platform.get_valid_backends`` finds valid for ``select``'s arguments, or
+    None where this vLLM has no such method or its arguments do not match."""
+    valid_backends = getattr(platform, "get_valid_backends", None)
+    if valid_backends is None:
+        return None
+    try:
+        given = inspect.signature(select).bind(backend, *args, **kwargs).arguments
+        call = {}
+        for name, parameter in inspect.signature(valid_backends).parameters.items():
+            if name == "device_capability":
+                call[name] = platform.get_device_capability()
+            elif name in given:
+                call[name] = given[name]
+            elif parameter.default is inspect.Parameter.empty:
+                return None
+        valid, _invalid = valid_backends(**call)
+    except Exception:  # vLLM's candidates failed to load here: this cannot say which can run
+        return None
+    return [candidate for candidate, _priority in valid]

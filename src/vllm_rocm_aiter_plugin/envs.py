@@ -1,6 +1,7 @@
 """Every environment variable the plugin reads: its name, what it does, and its parser.
 
-Cheap to import (no torch, no vLLM). Each parser turns the raw value (None when unset) into a
+Cheap to import, and the floor of the package: it imports no torch, no vLLM and nothing of the
+plugin (``tests/test_layout.py``). Each parser turns the raw value (None when unset) into a
 ``Reading``: the value the plugin acts on, what that means in one line, and a problem line when
 the raw value is not understood (the plugin then acts on the default). The doctor reports every
 variable from here, and ``docs/architecture.md`` lists them.
@@ -14,6 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+PLUGIN_NAME = "vllm_rocm_aiter_plugin"
+"""Entry-point name in both vLLM groups; this is what ``VLLM_PLUGINS`` must list."""
+
 SWITCH = "VLLM_ROCM_AITER_PLUGIN"
 FAST_BUILD = "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD"
 ATTENTION_BACKEND = "VLLM_ATTENTION_BACKEND"
@@ -24,8 +28,8 @@ REQUIRE_HARDWARE = "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE"
 E2E_TARGET = "VLLM_ROCM_AITER_E2E_TARGET"
 E2E_DRAFT = "VLLM_ROCM_AITER_E2E_DRAFT"
 
-_OFF = {"0", "false", "off", "no", "disable", "disabled"}
-_ON = {"", "1", "true", "on", "yes", "auto", "enable", "enabled"}
+_OFF = ("0", "false", "off", "no", "disable", "disabled")
+_ON = ("1", "true", "on", "yes", "auto", "enable", "enabled", "")
 
 
 class Switch(enum.Enum):
@@ -67,32 +71,35 @@ def parse_switch(raw: str | None) -> Reading:
     )
 
 
+_FAST = "the plugin's faster metadata build"
+
+
 def parse_fast_build(raw: str | None) -> Reading:
     """``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``: the plugin's own build body on verified vLLM
     releases (on by default); ``0`` runs vLLM's build() code with the plugin's split (stock's
     context chunk sizes); ``force`` runs the own body on an unverified release (release checks)."""
     if raw is None:
-        return Reading("on", "unset: the own build body runs on verified vLLM releases")
+        return Reading("on", f"unset: {_FAST}, on the vLLM releases it was checked against")
     word = _words(raw)
     if word in _OFF:
-        return Reading("off", "vLLM's build() code runs, with the plugin's split")
+        return Reading(
+            "off", "vLLM's own metadata build code runs, with the plugin's split (slower)"
+        )
     if word == "force":
-        return Reading("force", "the own build body runs even on an unverified vLLM release")
+        return Reading("force", f"{_FAST}, even on a vLLM release it was not checked against")
     if word in _ON:
-        return Reading("on", "the own build body runs on verified vLLM releases")
+        return Reading("on", f"{_FAST}, on the vLLM releases it was checked against")
     return Reading(
         "on",
         "not understood: treated as unset",
-        f"{FAST_BUILD}={raw!r} is not understood; using on. Use 0 to run vLLM's build() code, or "
-        "leave it unset.",
+        f"{FAST_BUILD}={raw!r} is not understood; using on. Use 0 to run vLLM's own metadata build "
+        "code, or leave it unset.",
     )
 
 
 def parse_vllm_plugins(raw: str | None) -> Reading:
     """``VLLM_PLUGINS`` exactly as vLLM parses it (``vllm/envs.py``): unset = every plugin, else
     the comma-separated names as written (vLLM does not strip them: ``"a, b"`` allows ``" b"``)."""
-    from vllm_rocm_aiter_plugin.policy import PLUGIN_NAME
-
     if raw is None:
         return Reading(None, "unset: vLLM loads every installed plugin")
     names = raw.split(",")
@@ -110,21 +117,37 @@ def parse_use_aiter(raw: str | None) -> Reading:
     """``VLLM_ROCM_USE_AITER`` (vLLM's): with it on, ROCm's automatic backend selection may pick
     ROCM_AITER_FA. Read by the doctor only."""
     on = raw is not None and _words(raw) in ("1", "true")
-    return Reading(on, "AITER on" if on else "AITER off: auto-selection never picks ROCM_AITER_FA")
+    if on:
+        return Reading(True, "AITER on: automatic selection may pick ROCM_AITER_FA (see below)")
+    return Reading(
+        False,
+        "AITER off: automatic selection never picks ROCM_AITER_FA, whatever the next line says; "
+        "--attention-backend ROCM_AITER_FA still selects it",
+    )
 
 
 def parse_use_aiter_mha(raw: str | None) -> Reading:
     """``VLLM_ROCM_USE_AITER_MHA`` (vLLM's, default on): AITER's attention in auto-selection."""
     on = raw is None or _words(raw) in ("1", "true")
-    return Reading(on, "AITER attention on" if on else "AITER attention off in auto-selection")
+    if on:
+        return Reading(
+            True, "on: with VLLM_ROCM_USE_AITER=1, automatic selection picks ROCM_AITER_FA"
+        )
+    return Reading(False, "off: automatic selection does not pick ROCM_AITER_FA")
 
 
 def parse_attention_backend(raw: str | None) -> Reading:
-    """``VLLM_ATTENTION_BACKEND``: vLLM 0.18 onwards ignores it; with the plugin's platform active
-    (a ROCm GPU) it selects the backend it names, as ``--attention-backend`` would."""
-    from vllm_rocm_aiter_plugin.env_backend import resolve
-
-    return resolve(raw)
+    """``VLLM_ATTENTION_BACKEND``, without vLLM: the name it gives (upper case), or None for
+    automatic selection. Which backend that name selects, and whether it can run here, needs vLLM:
+    ``env_backend.resolve`` (the platform and the doctor read it through that)."""
+    if raw is None:
+        return Reading(None, "unset: automatic selection")
+    name = raw.strip().upper()
+    if name.lower() in ("", "auto"):
+        return Reading(None, "auto: automatic selection")
+    return Reading(
+        name, f"names {name}: selected when the plugin's platform is active (a ROCm GPU)"
+    )
 
 
 def parse_flag(raw: str | None) -> Reading:
@@ -137,10 +160,20 @@ def parse_path(raw: str | None) -> Reading:
     return Reading(raw, raw or "unset")
 
 
+def _words_accepted(words: tuple[str, ...]) -> str:
+    """``"`0` (or `false`, `off`, ...)"``: the first word, then the others it stands for."""
+    first, *others = (w for w in words if w)
+    return f"`{first}` (or {', '.join(f'`{w}`' for w in others)})"
+
+
+ON_OFF_FORCE = f"unset or {_words_accepted(_ON)}; {_words_accepted(_OFF)}; `force`"
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
     owner: str  # "plugin", "vLLM" (read by the plugin too) or "tests"
+    values: str  # what it accepts, for the generated tables (README, docs/architecture.md)
     doc: str
     parse: Callable[[str | None], Reading]
 
@@ -149,21 +182,32 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable(SWITCH, "plugin", "kill switch: 0 = stock vLLM, force = override the policy",
-             parse_switch),
-    Variable(FAST_BUILD, "plugin", "0 = vLLM's build() code with the plugin's split",
-             parse_fast_build),
-    Variable(ATTENTION_BACKEND, "plugin", "with a ROCm GPU: the attention backend to select",
-             parse_attention_backend),
-    Variable(VLLM_PLUGINS, "vLLM", "which plugins vLLM loads (must include the plugin)",
-             parse_vllm_plugins),
-    Variable(USE_AITER, "vLLM", "AITER on ROCm; auto-selection may then pick ROCM_AITER_FA",
+    Variable(SWITCH, "plugin", ON_OFF_FORCE,
+             "`0`: stock vLLM everywhere. `force`: take ROCM_AITER_FA even where the activation "
+             "policy below would not", parse_switch),
+    Variable(FAST_BUILD, "plugin", ON_OFF_FORCE,
+             "`0`: vLLM's own metadata build code with the plugin's split (slower; context chunks "
+             "sized as vLLM sizes them). `force`: the plugin's faster build even on a vLLM release "
+             "it was not checked against (release checks only)", parse_fast_build),
+    Variable(ATTENTION_BACKEND, "plugin", "a backend name, `auto`",
+             "with a ROCm GPU: the attention backend to select, as --attention-backend would "
+             "(vLLM itself ignores the variable)", parse_attention_backend),
+    Variable(VLLM_PLUGINS, "vLLM", "unset, or a comma list",
+             "which plugins vLLM loads: must list vllm_rocm_aiter_plugin if set. vLLM does not "
+             "strip blanks, so `a, vllm_rocm_aiter_plugin` excludes it", parse_vllm_plugins),
+    Variable(USE_AITER, "vLLM", "`1`, `true`: on; unset or anything else: off",
+             "AITER on ROCm. Needed (with VLLM_ROCM_USE_AITER_MHA on) for vLLM's automatic "
+             "selection to pick ROCM_AITER_FA; --attention-backend selects it either way",
              parse_use_aiter),
-    Variable(USE_AITER_MHA, "vLLM", "AITER attention in ROCm's auto-selection", parse_use_aiter_mha),
-    Variable(REQUIRE_HARDWARE, "tests", "hardware skips fail (a GPU runner)", parse_flag),
-    Variable(E2E_TARGET, "tests", "local target model directory for the MI300 EAGLE run",
+    Variable(USE_AITER_MHA, "vLLM", "unset, `1`, `true`: on; anything else: off",
+             "AITER attention in automatic selection; counts only with VLLM_ROCM_USE_AITER=1",
+             parse_use_aiter_mha),
+    Variable(REQUIRE_HARDWARE, "tests", "unset, `1`", "hardware skips fail (a GPU runner)",
+             parse_flag),
+    Variable(E2E_TARGET, "tests", "a directory",
+             "local target model directory for the MI300 EAGLE run", parse_path),
+    Variable(E2E_DRAFT, "tests", "a directory", "local EAGLE draft model directory for that run",
              parse_path),
-    Variable(E2E_DRAFT, "tests", "local EAGLE draft model directory for that run", parse_path),
 )  # fmt: skip
 
 BY_NAME = {variable.name: variable for variable in VARIABLES}

@@ -17,6 +17,7 @@ from vllm_rocm_aiter_plugin.env_backend import (
     apply_env_attention_backend,
     resolve,
     select_attention_backend,
+    why_rocm_cannot_run,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +37,11 @@ class AiterRocmPlatform(RocmPlatform):
     def get_attn_backend_cls(cls, selected_backend: Any, *args: Any, **kwargs: Any) -> str:
         # Read from the environment, which vLLM's worker processes inherit with the config.
         env_selected = resolve(os.environ.get(ENV_VAR)).value
+        select = super().get_attn_backend_cls
+
+        def why_not_here(backend: Any) -> str | None:
+            return why_rocm_cannot_run(cls, select, backend, *args, **kwargs)
+
         return select_attention_backend(
-            super().get_attn_backend_cls, selected_backend, env_selected, *args, **kwargs
+            select, selected_backend, env_selected, *args, why_not_here=why_not_here, **kwargs
         )

@@ -17,13 +17,15 @@ _STDOUT_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO}
 
 EXIT_CODES = """exit codes:
   0  fix active, or not needed on this vLLM
-  1  this vLLM is affected and the fix is not active (or not working)
+  1  this vLLM is affected and the fix is not active (or not working), or a PROBLEM line
+     names a misconfiguration to fix
   2  a check could not run, or the report could not be written"""
 
 DESCRIPTION = (
-    "Show and check the plugin's ROCM_AITER_FA fixes on the installed vLLM: the EAGLE "
-    "pure-decode crash, and the cached context that model-runner V2's batch order makes stock "
-    "ROCM_AITER_FA ignore."
+    "Show and check the plugin's fixes of vLLM's ROCM_AITER_FA on the installed vLLM, for its "
+    "three bugs: 1. the EAGLE crash of model-runner V2's pure-decode batches; 2. the cached "
+    "context that model-runner V2's batch order makes it ignore; 3. NaN from empty context "
+    "chunks."
 )
 
 
@@ -35,7 +37,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
-    sub.add_parser("demo", help="show both bugs and the fix on the installed vLLM (the default)")
+    sub.add_parser(
+        "demo", help="show the three bugs and the fix on the installed vLLM (the default)"
+    )
     doctor = sub.add_parser(
         "doctor",
         help="diagnose this installation: is vLLM affected, is the fix active? "

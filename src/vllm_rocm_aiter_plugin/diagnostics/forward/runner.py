@@ -347,6 +347,8 @@ def run(
     ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict."""
     import vllm
 
+    import vllm_rocm_aiter_plugin
+
     if cases is None:
         cases = [CASES_BY_NAME[n] for n in names] if names else CASES
     torch_device = torch.device(device)
@@ -357,6 +359,7 @@ def run(
         report: dict[str, Any] = {
             "vllm": vllm.__version__,
             "torch": torch.__version__,
+            "plugin_file": vllm_rocm_aiter_plugin.__file__,
             "device": str(torch_device),
             "gather": runner.gather_origin,
             "merge_makes_nan_of_empty_states": release_merge_makes_nan_of_empty_states(

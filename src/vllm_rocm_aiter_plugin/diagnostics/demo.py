@@ -1,0 +1,266 @@
+"""The main job on any machine: the three bugs and the fix on the installed vLLM (CPU is enough).
+
+1. The EAGLE crash: EAGLE's pure-decode batch as model-runner V2 builds it (no
+   ``seq_lens_cpu_upper_bound``, 3 speculative tokens), through vLLM's split and builder, then
+   the plugin's.
+2. Cached context ignored: a model-runner V2 step (decode, new prompt, continuation with 8192
+   cached tokens) in the installed vLLM's own V2 order: where each split puts each request, then
+   vLLM's real ROCM_AITER_FA forward, every request's output against plain attention over its
+   whole context.
+3. NaN from empty context chunks: an EAGLE step in vLLM's own V1 order whose 2-token new prompt
+   lands in an extend region of two context chunks, through the same forward. On a release whose
+   merge keeps two empty chunks finite, the section says that bug 3 does not apply there.
+Exit 0 when ROCM_AITER_FA resolves to the plugin and it is right on all three.
+
+vLLM's own log records are held back while the report prints. Before the verdict, which is the
+last line, the demo prints the plugin's own records, and vLLM's warnings with one line each on
+why they appear on this machine. vLLM's INFO lines are left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+BUG_3_CASE = "v1-eagle-short-prompt-multi-chunk"
+"""The forward case of section 3 (``diagnostics/forward/cases.py``)."""
+
+EXPLAINED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"^Model Runner V2 requires Triton"),
+        "vLLM's config check for serving: this process has no GPU driver, so vLLM turns Triton "
+        "off here. The demo starts no model runner. It calls model-runner V2's own batch sort, "
+        "and a child process runs vLLM's Triton kernels under Triton's interpreter.",
+    ),
+    (
+        re.compile(r"^Failed to import from vllm\._C"),
+        "vLLM's compiled CUDA ops need a GPU driver. The demo replaces the one it needs, the "
+        "KV-cache write, with a torch reference.",
+    ),
+)
+"""vLLM warnings that any machine without a GPU driver logs, and what they mean for the demo."""
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: Counter[tuple[str, str, str]] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        first_line = record.getMessage().splitlines()[0]
+        self.seen[(record.name, record.levelname, first_line)] += 1
+
+
+def _log_lines(collect: _Collect) -> list[str]:
+    """The plugin's records, and vLLM's warnings (each known one with its explanation)."""
+    lines = []
+    for (name, level, message), count in collect.seen.items():
+        ours = name == LOGGER_NAME or name.startswith(f"{LOGGER_NAME}.")
+        if not ours and logging.getLevelName(level) < logging.WARNING:
+            continue
+        times = f" (x{count})" if count > 1 else ""
+        lines.append(f"  {level} {message}{times}")
+        why = next((text for pattern, text in EXPLAINED if pattern.search(message)), None)
+        if why:
+            lines.append(f"    why here: {why}")
+    return lines
+
+
+@contextmanager
+def _vllm_log_held_back() -> Iterator[_Collect]:
+    """vLLM's log records (the plugin's included) are collected instead of printed."""
+    import vllm  # noqa: F401  (configures vLLM's logging)
+
+    logger = logging.getLogger("vllm")
+    collect = _Collect()
+    saved = logger.handlers[:]
+    logger.handlers = [collect]
+    try:
+        yield collect
+    finally:
+        logger.handlers = saved
+
+
+def _counts(meta: Any) -> str:
+    return (
+        f"decodes {meta.num_decodes}, extends {meta.num_extends}, prefills {meta.num_prefills} "
+        f"(decode tokens {meta.num_decode_tokens}, extend tokens {meta.num_extend_tokens})"
+    )
+
+
+def _build(builder_cls: type, config: Any, batch: Any) -> tuple[Any, str]:
+    from vllm_rocm_aiter_plugin.diagnostics.probe import build_with
+
+    try:
+        meta = build_with(builder_cls, config, batch)
+    except Exception as exc:
+        return None, f"raises {type(exc).__name__}: {exc}".rstrip(": ")
+    return meta, _counts(meta)
+
+
+def run(out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    with _vllm_log_held_back() as collect:
+        code, verdict = _report(out)
+    lines = _log_lines(collect)
+    out.flush()
+    if lines:
+        print("\nvLLM's log while the demo ran (warnings, and the plugin's own lines; vLLM's "
+              "INFO lines are left out):", file=err)  # fmt: skip
+        for line in lines:
+            print(line, file=err)
+        err.flush()
+    print(f"\n{verdict}", file=out)
+    return code
+
+
+def _say(out: TextIO, label: str, value: object) -> None:
+    print(f"  {label:<30} {value}", file=out)
+
+
+def _report(out: TextIO) -> tuple[int, str]:
+    import torch
+    import vllm
+    from vllm.plugins import load_general_plugins
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from vllm_rocm_aiter_plugin import __version__, policy
+
+    tested = (
+        f"{policy.format_version(policy.MIN_SUPPORTED_VLLM)}-"
+        f"{policy.format_version(policy.NEWEST_TESTED_VLLM)}"
+    )
+    print(
+        f"vllm-rocm-aiter-plugin {__version__} on vLLM {vllm.__version__} (tested {tested}: "
+        f"{'yes' if policy.in_tested_range(vllm.__version__) else 'NO'}), torch {torch.__version__}",
+        file=out,
+    )
+    load_general_plugins()
+    backend = AttentionBackendEnum.ROCM_AITER_FA
+    resolved = backend.get_path()
+    active = resolved == policy.BACKEND_QUALNAME
+    print(f"ROCM_AITER_FA resolves to {resolved} ({'the plugin' if active else 'NOT the plugin'})",
+          file=out)  # fmt: skip
+    plugin_builder = backend.get_class().get_builder_cls()
+
+    eagle_ok = _eagle_crash(out, plugin_builder)
+    v2_ok = _v2_order_builds(out, plugin_builder)
+    forward_ok = _attention_output(out)
+    if active and eagle_ok and v2_ok and forward_ok:
+        return 0, (
+            "fix ACTIVE: ROCM_AITER_FA builds EAGLE pure-decode batches, and every request of "
+            "the two steps above gets its true attention output, with no NaN"
+        )
+    if not active:
+        return 1, "fix NOT active: ROCM_AITER_FA is not the plugin's (run the doctor)"
+    return 1, "fix NOT working: the plugin failed above (run the doctor)"
+
+
+def _eagle_crash(out: TextIO, plugin_builder: type) -> bool:
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+
+    from vllm_rocm_aiter_plugin.diagnostics import probe, samples
+
+    print("\n1. The EAGLE crash. EAGLE's pure-decode batch as model-runner V2 builds it: 4 requests "
+          "x 4 tokens (3 speculative), no seq_lens_cpu_upper_bound", file=out)  # fmt: skip
+    config = samples.tiny_vllm_config(num_speculative_tokens=3)
+    batch = samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)
+    split = probe.probe_stock_split()
+    _say(out, "vLLM's split", split.detail.removeprefix("stock split "))
+    _say(out, "vLLM's builder", _build(AiterFlashAttentionMetadataBuilder, config, batch)[1])
+    meta, result = _build(plugin_builder, config, batch)
+    _say(out, "the plugin", result)
+    if not split.affected:
+        print("  Bug 1 does not apply to this vLLM: its own split builds this batch.", file=out)
+    return meta is not None and meta.num_decodes == batch.num_reqs
+
+
+def _v2_order_builds(out: TextIO, plugin_builder: type) -> bool:
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+
+    from vllm_rocm_aiter_plugin.diagnostics import probe, samples
+
+    query, seq = samples.v2_order_lens()
+    steps = ", ".join(f"{q} new + {s - q} cached" for q, s in zip(query, seq, strict=True))
+    print(f"\n2. Cached context ignored. A model-runner V2 step in vLLM's own V2 order "
+          f"(threshold 1): {steps}", file=out)  # fmt: skip
+    _say(out, "vLLM's split", probe.probe_stock_v2_order().detail.removeprefix("stock split "))
+    config = samples.tiny_vllm_config()
+    _say(out, "vLLM's builder", _build(AiterFlashAttentionMetadataBuilder, config,
+                                       samples.v2_order_batch())[1])  # fmt: skip
+    meta, result = _build(plugin_builder, config, samples.v2_order_batch())
+    _say(out, "the plugin", result)
+    return meta is not None
+
+
+def _attention_output(out: TextIO) -> bool:
+    """Both steps through vLLM's real forward (one fresh process); each request's error."""
+    import torch
+
+    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"\n   Attention output, vLLM's real ROCM_AITER_FA forward on {device} (largest "
+          "|output - reference| per request; the reference attends to the whole context):",
+          file=out)  # fmt: skip
+    try:
+        report = runner.run_in_child(
+            ["v2-example", BUG_3_CASE], kinds=("stock", "registered"), device=device
+        )
+    except Exception as exc:
+        print(f"   could not run: {type(exc).__name__}: {str(exc)[-300:]}", file=out)
+        return False
+    if "unavailable" in report:
+        print(f"   could not run: {report['unavailable']}", file=out)
+        return False
+    v2_case, bug_3_case = report["cases"]
+    right = _output_table(out, v2_case)
+    kernels = (
+        "AITER's kernels"
+        if not report["references"]
+        else "vLLM's Triton kernels; torch references for AITER's (no ROCm here)"
+    )
+    print(f"   (tolerance {v2_case['tolerance']}; {kernels})", file=out)
+
+    rows = bug_3_case["stock"].get("rows", [])
+    steps = ", ".join(f"{r['query']} new + {r['context']} cached" for r in rows)
+    print("\n3. NaN from empty context chunks. An EAGLE step (3 speculative tokens, threshold 4) "
+          f"in vLLM's own V1 order: {steps}. The 2-token new prompt lands in an extend region "
+          f"of {bug_3_case['stock'].get('chunks', '?')} context chunks, where it has no context "
+          "to read.", file=out)  # fmt: skip
+    if not report["merge_makes_nan_of_empty_states"]:
+        print(f"  Bug 3 does not apply to vLLM {report['vllm']}: its merge keeps two empty "
+              "chunks finite.", file=out)  # fmt: skip
+    right = _output_table(out, bug_3_case) and right
+    return right
+
+
+def _output_table(out: TextIO, case: dict[str, Any]) -> bool:
+    """Stock's and the plugin's region and error per request; whether the plugin is right."""
+    results = {kind: case[kind] for kind in ("stock", "registered")}
+    for kind, result in results.items():
+        if "error" in result:
+            print(f"   {'the plugin' if kind == 'registered' else kind}: {result['error']}",
+                  file=out)  # fmt: skip
+    if any("error" in result for result in results.values()):
+        return False
+    tolerance = case["tolerance"]
+    print(f"   {'request':<16} {'stock: region':>14} {'error':>14}   {'plugin: region':>15} "
+          f"{'error':>14}", file=out)  # fmt: skip
+    right = True
+    for stock_row, row in zip(results["stock"]["rows"], results["registered"]["rows"], strict=True):
+        cells = []
+        for r in (stock_row, row):
+            wrong = r["nan"] or r["error"] > tolerance
+            value = "NaN" if r["nan"] else f"{r['error']:.4f}"
+            cells.append((r["region"], value + (" WRONG" if wrong else "")))
+        right = right and not (row["nan"] or row["error"] > tolerance)
+        print(f"   {row['req_id']:<16} {cells[0][0]:>14} {cells[0][1]:>14}   {cells[1][0]:>15} "
+              f"{cells[1][1]:>14}", file=out)  # fmt: skip
+    return right
