@@ -93,17 +93,18 @@ def test_demo_shows_the_three_bugs_and_whether_the_fix_is_active(tmp_path):
 def test_demo_log_holds_no_line_that_contradicts_it():
     """vLLM's INFO lines are left out; each warning a machine without a GPU driver gets is
     followed by one line that says why it appears; the plugin's own lines stay."""
-    from vllm_rocm_aiter_plugin.diagnostics import demo
+    from vllm_rocm_aiter_plugin.diagnostics import vllm_log
 
     proc = _demo()
-    log = proc.stderr[proc.stderr.index("vLLM's log while the demo ran") :].splitlines()[1:]
+    log = proc.stderr[proc.stderr.index(vllm_log.TITLE) :].splitlines()[1:]
     for banned in ("Triton not installed or not compatible", "0 active driver(s)",
                    "Available plugins for group"):  # fmt: skip
         assert not any(banned in line for line in log), log
+    assert not LOG_LINE.search(proc.stderr), proc.stderr  # no record of vLLM's printed raw
     for i, line in enumerate(log):
-        explained = [text for pattern, text in demo.EXPLAINED if pattern.search(line[10:].strip())]
-        if line.startswith("  WARNING") and explained:
-            assert log[i + 1] == f"    why here: {explained[0]}"
+        explanation = vllm_log.why(line.removeprefix("  WARNING ").split(" (x")[0])
+        if line.startswith("  WARNING") and explanation:
+            assert log[i + 1] == f"    why here: {explanation}"
     if environment.plugin_overrides_by_default():
         assert any(line.startswith("  INFO ROCM_AITER_FA -> ") for line in log), log
 

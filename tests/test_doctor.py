@@ -400,3 +400,24 @@ def test_the_cli_without_vllm_or_torch_exits_2_with_one_line(tmp_path):
     assert proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("vllm-rocm-aiter-plugin: torch and vllm not installed in this Python")
+
+
+def test_the_doctor_prints_no_vllm_log_line_that_contradicts_it():
+    """vLLM's records are summed up on stderr before the report (no INFO line saying Triton is
+    missing beside a forward check that runs vLLM's Triton kernels); the verdict is the last line
+    on stdout."""
+    from tests.test_demo import LOG_LINE
+    from vllm_rocm_aiter_plugin.diagnostics import vllm_log
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_rocm_aiter_plugin", "doctor"],
+        cwd=REPO_ROOT, env=scrubbed_env(), capture_output=True, text=True, timeout=600,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert not LOG_LINE.search(proc.stderr), proc.stderr
+    for banned in ("Triton not installed or not compatible", "0 active driver(s)"):
+        assert banned not in proc.stderr
+    if "WARNING Model Runner V2 requires Triton" in proc.stderr:
+        assert f"why here: {vllm_log.why('Model Runner V2 requires Triton')}" in proc.stderr
+    last = proc.stdout.rstrip().splitlines()[-1]
+    assert last.startswith(("fix ACTIVE", "fix not needed", "AFFECTED", "fix NOT")), last

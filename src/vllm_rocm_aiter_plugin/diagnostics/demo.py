@@ -12,80 +12,19 @@
    merge keeps two empty chunks finite, the section says that bug 3 does not apply there.
 Exit 0 when ROCM_AITER_FA resolves to the plugin and it is right on all three.
 
-vLLM's own log records are held back while the report prints. Before the verdict, which is the
-last line, the demo prints the plugin's own records, and vLLM's warnings with one line each on
-why they appear on this machine. vLLM's INFO lines are left out.
+vLLM's own log records are held back while the report prints; before the verdict, which is the
+last line, :mod:`.vllm_log` prints what an operator needs of them on stderr.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 import sys
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TextIO
 
-from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+from vllm_rocm_aiter_plugin.diagnostics import vllm_log
 
 BUG_3_CASE = "v1-eagle-short-prompt-multi-chunk"
 """The forward case of section 3 (``diagnostics/forward/cases.py``)."""
-
-EXPLAINED: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"^Model Runner V2 requires Triton"),
-        "vLLM's config check for serving: this process has no GPU driver, so vLLM turns Triton "
-        "off here. The demo starts no model runner. It calls model-runner V2's own batch sort, "
-        "and a child process runs vLLM's Triton kernels under Triton's interpreter.",
-    ),
-    (
-        re.compile(r"^Failed to import from vllm\._C"),
-        "vLLM's compiled CUDA ops need a GPU driver. The demo replaces the one it needs, the "
-        "KV-cache write, with a torch reference.",
-    ),
-)
-"""vLLM warnings that any machine without a GPU driver logs, and what they mean for the demo."""
-
-
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.seen: Counter[tuple[str, str, str]] = Counter()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        first_line = record.getMessage().splitlines()[0]
-        self.seen[(record.name, record.levelname, first_line)] += 1
-
-
-def _log_lines(collect: _Collect) -> list[str]:
-    """The plugin's records, and vLLM's warnings (each known one with its explanation)."""
-    lines = []
-    for (name, level, message), count in collect.seen.items():
-        ours = name == LOGGER_NAME or name.startswith(f"{LOGGER_NAME}.")
-        if not ours and logging.getLevelName(level) < logging.WARNING:
-            continue
-        times = f" (x{count})" if count > 1 else ""
-        lines.append(f"  {level} {message}{times}")
-        why = next((text for pattern, text in EXPLAINED if pattern.search(message)), None)
-        if why:
-            lines.append(f"    why here: {why}")
-    return lines
-
-
-@contextmanager
-def _vllm_log_held_back() -> Iterator[_Collect]:
-    """vLLM's log records (the plugin's included) are collected instead of printed."""
-    import vllm  # noqa: F401  (configures vLLM's logging)
-
-    logger = logging.getLogger("vllm")
-    collect = _Collect()
-    saved = logger.handlers[:]
-    logger.handlers = [collect]
-    try:
-        yield collect
-    finally:
-        logger.handlers = saved
 
 
 def _counts(meta: Any) -> str:
@@ -106,17 +45,11 @@ def _build(builder_cls: type, config: Any, batch: Any) -> tuple[Any, str]:
 
 
 def run(out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    with _vllm_log_held_back() as collect:
+    with vllm_log.held_back() as held:
         code, verdict = _report(out)
-    lines = _log_lines(collect)
-    out.flush()
-    if lines:
-        print("\nvLLM's log while the demo ran (warnings, and the plugin's own lines; vLLM's "
-              "INFO lines are left out):", file=err)  # fmt: skip
-        for line in lines:
-            print(line, file=err)
-        err.flush()
-    print(f"\n{verdict}", file=out)
+    print(file=out, flush=True)
+    vllm_log.print_summary(held, err)
+    print(verdict, file=out)
     return code
 
 

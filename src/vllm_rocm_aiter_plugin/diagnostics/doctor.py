@@ -566,11 +566,11 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
         )
         rows.append(("  passes over cached context", chunks))
         merge = (
-            "NaN on this vLLM (the plugin keeps them empty)"
+            "vLLM's merge gives NaN on this vLLM; the plugin's output stays finite"
             if f.merge_makes_nan_of_empty_states
-            else "finite on this vLLM"
+            else "vLLM's merge keeps them finite on this vLLM"
         )
-        rows.append(("  merge of two empty states", merge))
+        rows.append(("  two empty context chunks", merge))
     return rows
 
 
@@ -588,8 +588,14 @@ def render(report: DoctorReport, out: TextIO) -> None:
     print(f"\n{report.verdict}", file=out)
 
 
-def run(as_json: bool = False, out: TextIO = sys.stdout) -> int:
-    report = collect()
+def run(as_json: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Collect the report, then print vLLM's log as :mod:`.vllm_log` sums it up (stderr), then the
+    report (stdout: the table ending with the verdict, or one JSON document)."""
+    from vllm_rocm_aiter_plugin.diagnostics import vllm_log
+
+    with vllm_log.held_back() as held:
+        report = collect()
+    vllm_log.print_summary(held, err)
     if as_json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True), file=out)
     else:

@@ -1,0 +1,92 @@
+"""vLLM's log while the demo or the doctor runs: held back, then only what an operator needs.
+
+vLLM's records (the plugin's included) are collected instead of printed while a command runs.
+Afterwards :func:`summary` keeps the plugin's own lines and vLLM's warnings, each warning that any
+machine without a GPU driver gets followed by one line on why it appears there, and leaves vLLM's
+INFO lines out: on such a machine they say that Triton is off and the GPU ops are missing, which
+reads as the opposite of what the commands then run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+EXPLAINED: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"^Model Runner V2 requires Triton"),
+        "vLLM's config check for serving: this process has no GPU driver, so vLLM turns Triton "
+        "off in it. No model runner starts here: the checks call model-runner V2's own batch "
+        "sort, and a child process runs vLLM's Triton kernels under Triton's interpreter.",
+    ),
+    (
+        re.compile(r"^Failed to import from vllm\._C"),
+        "vLLM's compiled CUDA ops need a GPU driver. The checks replace the one they need, the "
+        "KV-cache write, with a torch reference.",
+    ),
+)
+"""vLLM warnings that any machine without a GPU driver logs, and what they mean for the checks."""
+
+TITLE = "vLLM's log (warnings, and the plugin's own lines; vLLM's INFO lines are left out):"
+
+
+class HeldBack(logging.Handler):
+    """The records seen: (logger, level, first line of the message) and how often."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: Counter[tuple[str, str, str]] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        first_line = record.getMessage().splitlines()[0] if record.getMessage() else ""
+        self.seen[(record.name, record.levelname, first_line)] += 1
+
+
+@contextmanager
+def held_back() -> Iterator[HeldBack]:
+    """Within the block, vLLM's log records are collected instead of printed."""
+    import vllm  # noqa: F401  (configures vLLM's logging)
+
+    logger = logging.getLogger("vllm")
+    held = HeldBack()
+    saved = logger.handlers[:]
+    logger.handlers = [held]
+    try:
+        yield held
+    finally:
+        logger.handlers = saved
+
+
+def why(message: str) -> str | None:
+    """Why a warning appears on a machine without a GPU driver, if it is one of those."""
+    return next((text for pattern, text in EXPLAINED if pattern.search(message)), None)
+
+
+def summary(held: HeldBack) -> list[str]:
+    """The plugin's records, and vLLM's warnings (each known one with its explanation)."""
+    lines = []
+    for (name, level, message), count in held.seen.items():
+        ours = name == LOGGER_NAME or name.startswith(f"{LOGGER_NAME}.")
+        if not ours and logging.getLevelName(level) < logging.WARNING:
+            continue
+        lines.append(f"  {level} {message}{f' (x{count})' if count > 1 else ''}")
+        explanation = why(message)
+        if explanation:
+            lines.append(f"    why here: {explanation}")
+    return lines
+
+
+def print_summary(held: HeldBack, err: TextIO) -> None:
+    lines = summary(held)
+    if lines:
+        print(TITLE, file=err)
+        for line in lines:
+            print(line, file=err)
+        print(file=err)
+        err.flush()
