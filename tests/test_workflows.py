@@ -57,6 +57,8 @@ def _copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         k: v for k, v in os.environ.items() if k not in ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN")
     }
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env["RUNNER_TEMP"] = str(tmp_path / "runner-temp")  # GitHub's per-job scratch folder
+    os.mkdir(env["RUNNER_TEMP"])
     env.pop("VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE", None)
     return work, env
 
