@@ -55,12 +55,15 @@ def held_back() -> Iterator[HeldBack]:
 
     logger = logging.getLogger("vllm")
     held = HeldBack()
-    saved = logger.handlers[:]
+    saved, saved_level = logger.handlers[:], logger.level
     logger.handlers = [held]
+    if logger.getEffectiveLevel() > logging.INFO:  # vLLM >= 0.30 configures it only in an engine
+        logger.setLevel(logging.INFO)
     try:
         yield held
     finally:
         logger.handlers = saved
+        logger.setLevel(saved_level)
 
 
 def why(message: str) -> str | None:
