@@ -118,7 +118,9 @@ def parse_use_aiter(raw: str | None) -> Reading:
     ROCM_AITER_FA. Read by the doctor only."""
     on = raw is not None and _words(raw) in ("1", "true")
     if on:
-        return Reading(True, "AITER on: automatic selection may pick ROCM_AITER_FA (see below)")
+        return Reading(
+            True, "AITER on: ROCM_AITER_FA is a candidate of automatic selection (see below)"
+        )
     return Reading(
         False,
         "AITER off: automatic selection never picks ROCM_AITER_FA, whatever the next line says; "
@@ -131,9 +133,11 @@ def parse_use_aiter_mha(raw: str | None) -> Reading:
     on = raw is None or _words(raw) in ("1", "true")
     if on:
         return Reading(
-            True, "on: with VLLM_ROCM_USE_AITER=1, automatic selection picks ROCM_AITER_FA"
+            True,
+            "on: with VLLM_ROCM_USE_AITER=1, ROCM_AITER_FA is a candidate of automatic selection, "
+            "after ROCM_ATTN",
         )
-    return Reading(False, "off: automatic selection does not pick ROCM_AITER_FA")
+    return Reading(False, "off: automatic selection never picks ROCM_AITER_FA")
 
 
 def parse_attention_backend(raw: str | None) -> Reading:
@@ -196,8 +200,9 @@ VARIABLES: tuple[Variable, ...] = (
              "which plugins vLLM loads: must list vllm_rocm_aiter_plugin if set. vLLM does not "
              "strip blanks, so `a, vllm_rocm_aiter_plugin` excludes it", parse_vllm_plugins),
     Variable(USE_AITER, "vLLM", "`1`, `true`: on; unset or anything else: off",
-             "AITER on ROCm. Needed (with VLLM_ROCM_USE_AITER_MHA on) for vLLM's automatic "
-             "selection to pick ROCM_AITER_FA; --attention-backend selects it either way",
+             "AITER on ROCm. With it (and VLLM_ROCM_USE_AITER_MHA on), ROCM_AITER_FA is a "
+             "candidate of vLLM's automatic selection, after ROCM_ATTN; --attention-backend "
+             "ROCM_AITER_FA selects it either way",
              parse_use_aiter),
     Variable(USE_AITER_MHA, "vLLM", "unset, `1`, `true`: on; anything else: off",
              "AITER attention in automatic selection; counts only with VLLM_ROCM_USE_AITER=1",
