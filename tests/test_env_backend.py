@@ -197,7 +197,7 @@ def test_on_vllms_rocm_platform_only_a_backend_it_runs_is_honoured(name, honoure
     env = {**INTERPRETER_ENV, ENV_VAR: name}
     child = run_child(FAKED_GFX942.replace("NAME", repr(name)), env=env)
     result = child.result
-    assert result["arch"] == "9.4"
+    assert result["arch"].startswith("9.")  # the faked gfx942, or a real MI300's own arch
     if honoured:
         assert result["plugin"] == result["stock"] == AttentionBackendEnum[name].get_path()
         assert result["warnings"] == []
