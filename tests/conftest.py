@@ -12,6 +12,7 @@ import os
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     _assert_real_vllm()
+
+
+SUMMARY_LINES = pytest.StashKey[list[str]]()
+"""Lines a test adds for the run's summary (which kernels the forward tier ran)."""
+
+
+def summary_lines(config: pytest.Config) -> list[str]:
+    return config.stash.setdefault(SUMMARY_LINES, [])
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    for line in summary_lines(config):
+        terminalreporter.write_line(line)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

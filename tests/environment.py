@@ -44,6 +44,22 @@ def aiter_importable() -> bool:
     return True
 
 
+AITER_PIN_FILE = Path(__file__).resolve().parents[1] / "requirements" / "aiter-cpu.txt"
+
+
+def pinned_aiter_installed() -> bool:
+    """Whether the ``amd-aiter`` wheel installed here is the one the CPU tier pins."""
+    import importlib.metadata
+
+    pins = [line.split("#", 1)[0].strip() for line in AITER_PIN_FILE.read_text().splitlines()]
+    (pin,) = [p for p in pins if p]
+    name, version = pin.split("==")
+    try:
+        return importlib.metadata.version(name) == version
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def vllm_in_tested_range() -> bool:
     low, high = TESTED_RANGE
     return low <= Version(vllm_releases.release()) <= high

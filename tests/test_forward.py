@@ -3,17 +3,22 @@
 One child process (Triton's interpreter environment) runs every case of
 ``diagnostics/forward/cases.py`` plus steps of vLLM's Scheduler through vLLM's ``Attention`` layer,
 custom ops, ``AiterFlashAttentionImpl`` and vLLM's own Triton kernels (merge, gather), with stock's
-backend and the plugin's; only AITER's compiled kernels and vLLM's C cache op are torch references.
-Each request's output is compared with plain attention over its whole context and its own new
-tokens. Expectations come from the installed release: stock's regions, stock's context chunks,
-and what this release's merge does with two empty states (run here, not looked up).
+backend and the plugin's. AITER's Triton ``unified_attention`` is AITER's own kernel, loaded from the
+pinned ``amd-aiter`` wheel (``diagnostics/forward/aiter_triton.py``); only AITER's compiled kernels
+and vLLM's C cache op are torch references. Each request's output is compared with plain attention
+over its whole context and its own new tokens. Expectations come from the installed release:
+stock's regions, stock's context chunks, and what this release's merge does with two empty states
+(run here, not looked up).
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests import environment, forward_checks, vllm_releases
+from tests.conftest import summary_lines
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
@@ -23,10 +28,15 @@ CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2")
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
+def report(request: pytest.FixtureRequest) -> dict:
     result = runner.run_in_child(scheduler_steps=True, control=CONTROL_CASES)
     if "unavailable" in result:
         pytest.skip(result["unavailable"])
+    used = result["unified_attention"]
+    summary_lines(request.config).append(
+        f"forward tier: unified_attention: {used['kernel']}; {used['calls']} calls; "
+        f"largest |kernel - reference| {used.get('cross_check_largest_error')}"
+    )
     return result
 
 
@@ -108,3 +118,67 @@ def test_vllms_own_kernels_ran(report):
     calls = report["gather_calls"]
     assert calls["kernel"] > 0
     assert calls["reference"] == 0 or calls["kernel_checked_tokens"] > 0
+
+
+UNIFIED_ATTENTION_CASES = (
+    "eagle-pure-decode-no-upper-bound",
+    "eagle-verify-padded",
+    "eagle-verify-padded-bf16",
+    "eagle-verify-sliding-window",
+    "eagle-mixed-v2",
+    "v1-eagle-short-prompt-multi-chunk",
+)
+"""Cases whose decode rows take ``unified_attention`` on every release: EAGLE verification (query
+length > 1), with model-runner V2's padded requests, in bf16, under a sliding window. (Decodes of
+one token under a sliding window take it on 0.23.0; 0.33.0 sends them to ``paged_attention_v1``.)"""
+
+
+def test_aiters_own_unified_attention_ran_where_its_wheel_is_installed(report):
+    """With the pinned amd-aiter wheel the tier runs AITER's Triton kernel, not the reference,
+    on every case whose decode path calls it; the kernel that ran is in the report."""
+    used = report["unified_attention"]
+    if not environment.pinned_aiter_installed():
+        pytest.skip(f"the pinned amd-aiter wheel is not installed; ran: {used['kernel']}")
+    assert used["aiter"], used["kernel"]
+    assert used["kernel"].startswith("AITER's Triton unified_attention"), used["kernel"]
+    assert "aiter...unified_attention" not in report["references"]
+    for name in UNIFIED_ATTENTION_CASES:
+        assert _case(report, name)["plugin"]["unified_attention_calls"] > 0, name
+
+
+def test_bf16_calls_run_aiters_kernel_widened_to_fp32(report):
+    """The interpreter's bf16 dot is wrong; bf16 calls go through the widening, and say so."""
+    used = report["unified_attention"]
+    if not used["aiter"] or used["calls"] is None:
+        pytest.skip(f"no widening: the kernel that ran is {used['kernel']}")
+    assert _case(report, "eagle-verify-padded-bf16")["plugin"]["unified_attention_calls"] > 0
+    assert used["bf16_widened_calls"] > 0
+    assert "bfloat16" in used["cross_check_largest_error"]
+
+
+def test_without_aiters_wheel_the_torch_reference_runs_and_says_so(tmp_path):
+    """Control: an ``aiter`` package without AITER's Triton module first on the path. The tier
+    falls back to the reference, names it, and the case still passes."""
+    (tmp_path / "aiter").mkdir()
+    (tmp_path / "aiter" / "__init__.py").write_text("")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    result = runner.run_in_child(["eagle-verify-padded"], extra_env={"PYTHONPATH": path})
+    if "unavailable" in result:
+        pytest.skip(result["unavailable"])
+    used = result["unified_attention"]
+    assert not used["aiter"], used
+    assert used["kernel"].startswith("the torch reference (")
+    assert "has no ops/triton/unified_attention.py" in used["kernel"]
+    assert "aiter...unified_attention" in result["references"]
+    assert used["calls"] > 0
+    forward_checks.check_plugin(result["cases"][0])
+
+
+def test_the_reference_agrees_with_aiters_kernel_on_every_call_of_the_tier(report):
+    """Each call the tier made to AITER's kernel, rerun through the torch reference on the same
+    inputs: within two units in the last place of the call's dtype."""
+    used = report["unified_attention"]
+    if not used["aiter"] or used["calls"] is None:
+        pytest.skip(f"no cross-check: the kernel that ran is {used['kernel']}")
+    assert used["cross_checked_calls"] == used["calls"] > 0
+    assert used["cross_check_disagreements"] == 0, used

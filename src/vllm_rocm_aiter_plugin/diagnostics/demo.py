@@ -136,7 +136,7 @@ def _attention_output(out: TextIO) -> bool:
     """Both steps through vLLM's real forward (one fresh process); each request's error."""
     import torch
 
-    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward import kernels_ran, runner
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"\n   Attention output, vLLM's real ROCM_AITER_FA forward on {device} (largest "
@@ -154,12 +154,7 @@ def _attention_output(out: TextIO) -> bool:
         return False
     v2_case, bug_3_case = report["cases"]
     right = _output_table(out, v2_case)
-    kernels = (
-        "AITER's kernels"
-        if not report["references"]
-        else "vLLM's Triton kernels; torch references for AITER's (no ROCm here)"
-    )
-    print(f"   (tolerance {v2_case['tolerance']}; {kernels})", file=out)
+    print(f"   (tolerance {v2_case['tolerance']}; {kernels_ran.kernels_line(report)})", file=out)
 
     rows = bug_3_case["stock"].get("rows", [])
     steps = ", ".join(f"{r['query']} new + {r['context']} cached" for r in rows)

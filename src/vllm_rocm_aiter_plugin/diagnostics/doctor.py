@@ -104,6 +104,7 @@ class Forward:
     stock_wrong_requests: list[str]
     chunks: int | None
     v1_stock_chunks: int | str | None
+    unified_attention: str = ""
 
 
 @dataclass
@@ -245,59 +246,64 @@ def resolution_report(resolved: dict[str, Any]) -> Resolution:
 
 def check_forward() -> Forward:
     """vLLM's ROCM_AITER_FA forward on a model-runner V2 step whose extend region holds a new
-    prompt and two context chunks, with stock's backend and the registered one, in a fresh
-    process: on the GPU where there is one, else on CPU (Triton interpreter, AITER references)."""
+    prompt and two context chunks, and on an EAGLE verification step without the upper bound
+    (its decode path calls AITER's ``unified_attention``), with stock's backend and the
+    registered one, in a fresh process: on the GPU where there is one, else on CPU (Triton
+    interpreter; AITER's Triton kernel where its wheel loads, references for the rest)."""
     import torch
 
     from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_CASE
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_CASE, DOCTOR_EAGLE_CASE
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     report = runner.run_in_child(
-        [DOCTOR_CASE], kinds=("stock", "registered"), device=device, timeout=900
-    )
+        [DOCTOR_CASE, DOCTOR_EAGLE_CASE], kinds=("stock", "registered"), device=device,
+        timeout=900,
+    )  # fmt: skip
     if "unavailable" in report:
         raise RuntimeError(report["unavailable"])
     return forward_report(report)
 
 
 def forward_report(report: dict[str, Any]) -> Forward:
-    case = report["cases"][0]
-    tolerance = case["tolerance"]
+    from vllm_rocm_aiter_plugin.diagnostics.forward import kernels_ran
 
-    def wrong(result: dict[str, Any]) -> list[str]:
+    case = report["cases"][0]  # the model-runner V2 step; the others are checked alike
+
+    def wrong(result: dict[str, Any], tolerance: float) -> list[str]:
         if "rows" not in result:
             return []
         return [r["req_id"] for r in result["rows"] if r["nan"] or r["error"] > tolerance]
 
-    registered = case["registered"]
-    if "error" in registered:
-        right, detail = False, registered["error"]
-    else:
-        bad = wrong(registered)
-        right = not bad
+    details, right = [], True
+    for step in report["cases"]:
+        registered = step["registered"]
+        if "error" in registered:
+            right = False
+            details.append(f"{step['case']}: {registered['error']}")
+            continue
+        bad = wrong(registered, step["tolerance"])
+        right = right and not bad
         nan = sum(1 for r in registered["rows"] if r["nan"])
-        detail = (
+        details.append(
             f"{len(registered['rows'])} requests equal to the reference, no NaN"
-            if right
+            if not bad
             else f"{len(bad)} requests off the reference ({nan} NaN)"
         )
-    references = report.get("references") or []
-    kernels = (
-        "AITER's and vLLM's own kernels"
-        if not references
-        else "vLLM's own Triton kernels; torch references for " + ", ".join(references)
-    )
+        if step is not case:
+            details[-1] = f"{step['case']}: {details[-1]}"
+    registered, detail = case["registered"], "; ".join(details)
     return Forward(
         case=case["case"],
         device=report["device"],
-        kernels=kernels,
+        kernels=kernels_ran.kernels_line(report),
         merge_makes_nan_of_empty_states=report["merge_makes_nan_of_empty_states"],
         registered_right=right,
         registered_detail=detail,
-        stock_wrong_requests=wrong(case["stock"]),
+        stock_wrong_requests=wrong(case["stock"], case["tolerance"]),
         chunks=registered.get("chunks"),
         v1_stock_chunks=case.get("v1_stock_chunks"),
+        unified_attention=kernels_ran.unified_attention_line(report),
     )
 
 
@@ -464,8 +470,9 @@ def _notes(report: DoctorReport) -> list[str]:
     if report.forward is not None and "references" in report.forward.kernels:
         notes.append(
             f"the forward check ran on {report.forward.device}: vLLM's own forward code and "
-            f"Triton kernels, with {report.forward.kernels.split('; ')[-1]}; AITER itself was "
-            "not run"
+            f"Triton kernels, with {report.forward.kernels.split('; ')[-1]}; as AITER's "
+            f"unified_attention: {report.forward.unified_attention}; AITER's compiled kernels "
+            "were not run"
         )
     return notes
 

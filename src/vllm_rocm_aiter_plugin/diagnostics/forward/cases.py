@@ -239,6 +239,7 @@ EAGLE_MIXED = (
     chunk("prefix-hit", 5000, 70),
     prompt("long-prompt", 120),
 )
+EAGLE_VERIFY = tuple(decode(f"decode-{i}", 60 + 13 * i, 4, 3) for i in range(4))
 V1_MIXED = (
     decode("decode-a", 37),
     decode("decode-b", 1200),
@@ -283,6 +284,31 @@ CASES: tuple[ForwardCase, ...] = (
         num_padded_reqs=3,
         note="model-runner V2's EAGLE draft step: padded requests, no upper bound",
     ),
+    ForwardCase(
+        "eagle-verify-padded",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        num_padded_reqs=3,
+        note="EAGLE verification with model-runner V2's padded requests (no keys, no queries)",
+    ),
+    ForwardCase(
+        "eagle-verify-padded-bf16",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        num_padded_reqs=3,
+        dtype="bfloat16",
+        note="the same in bf16 (AITER's Triton kernel runs widened to fp32 under the interpreter)",
+    ),
+    ForwardCase(
+        "eagle-verify-sliding-window",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        sliding_window=32,
+        note="EAGLE verification under a sliding window shorter than every context",
+    ),
     ForwardCase("eagle-mixed-v2", EAGLE_MIXED, "v2", spec_tokens=3),
     ForwardCase(
         "v1-eagle-short-prompt-multi-chunk",
@@ -314,6 +340,8 @@ CASES: tuple[ForwardCase, ...] = (
 
 CASES_BY_NAME = {case.name: case for case in CASES}
 DOCTOR_CASE = "doctor-multi-chunk-v2"
+DOCTOR_EAGLE_CASE = "eagle-pure-decode-no-upper-bound"
+"""The doctor's second step: EAGLE verification, which takes AITER's ``unified_attention``."""
 
 
 def from_scheduler_step(name: str, step: dict, order: str, **settings: object) -> ForwardCase:

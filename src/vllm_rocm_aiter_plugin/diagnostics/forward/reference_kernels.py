@@ -1,12 +1,15 @@
 """Torch references for the compiled kernels ROCM_AITER_FA's forward calls that cannot run without
-ROCm: AITER's ``flash_attn_varlen_func``, ``paged_attention_v1`` and Triton ``unified_attention``,
-vLLM's C op ``reshape_and_cache_flash``, and, for calls too large for the Triton interpreter,
+ROCm: AITER's ``flash_attn_varlen_func``, ``paged_attention_v1`` and, where the ``amd-aiter``
+wheel cannot load (:mod:`.aiter_triton`), Triton ``unified_attention``; vLLM's C op
+``reshape_and_cache_flash``; and, for calls too large for the Triton interpreter,
 ``cp_mha_gather_cache``.
 
-Each has the signature vLLM calls it with and the kernel's documented semantics:
+Each has the signature vLLM calls it with and the kernel's semantics, each pinned to a source in
+its docstring (a CK file, an AITER function or a vLLM call site, with the version read):
 - causal masks are aligned to the bottom right (a query's position is ``seqlen_k - seqlen_q + i``);
 - a sliding window ``(left, right)`` keeps keys within ``[pos - left, pos + right]``;
 - a query with no key to attend to gives output 0 and lse -inf;
+- lse is ``[heads, tokens]``, float32;
 - rows past the last offset are never written (the caller's buffer keeps whatever it held).
 Each checks the arguments its kernel relies on (dtypes, shapes, offsets, that the declared maxima
 cover the real lengths) and raises ``LauncherError`` naming what is wrong.
@@ -14,7 +17,9 @@ cover the real lengths) and raises ``LauncherError`` naming what is wrong.
 ``installed()`` makes them importable the way vLLM imports them (``aiter``,
 ``aiter.ops.triton.unified_attention``, ``torch.ops.aiter.paged_attention_v1``,
 ``torch.ops._C_cache_ops.reshape_and_cache_flash``) for the duration of a ``with`` block, only
-where the real ones are absent. The first run on an MI300 checks the semantics assumed here.
+where the real ones are absent. The MI300 tier's first-run check
+(``tests/rocm/test_aiter_assumptions.py``) calls the real ``flash_attn_varlen_func`` as vLLM's
+extend path does and fails naming the assumption it disproves.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import importlib.util
 import itertools
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -61,7 +66,18 @@ def attend(
     window: tuple[int, int] = (-1, -1),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One sequence: q [sq, heads, d], k/v [sk, kv_heads, d] -> (out [sq, heads, d] float32,
-    lse [heads, sq] float32), bottom-right aligned; rows with no key give 0 and -inf."""
+    lse [heads, sq] float32).
+
+    - Causal is bottom-right aligned and a window ``(left, right)`` keeps keys in
+      ``[i + sk - sq - left, i + sk - sq + right]``: ``flash_attn_varlen_func``'s docstring
+      (``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18).
+    - A row with no key gives output 0 and lse -inf: CK's fmha forward pipelines return their
+      cleared accumulator and store lse ``-infinity`` when ``num_total_loop <= 0``
+      (``ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs.hpp`` and its siblings, in
+      ``aiter_meta/3rdparty/composable_kernel`` of that wheel). vLLM's extend path relies on it
+      for every context chunk a row has no keys in (``extend_forward``'s ``merge_attn_states``,
+      0.23.0 and 0.33.0). AITER's Triton MHA kernels differ (lse 0.0): ``docs/upstream/aiter.md``.
+    """
     sq, heads, _ = q.shape
     sk, kv_heads = k.shape[0], k.shape[1]
     _check(heads % kv_heads == 0, f"{heads} query heads do not divide into {kv_heads} kv heads")
@@ -107,7 +123,12 @@ def flash_attn_varlen_func(
     out: torch.Tensor | None = None,
     sink_ptr: torch.Tensor | None = None,
 ) -> Any:
-    """``aiter.flash_attn_varlen_func``: varlen attention of packed q over packed k/v."""
+    """``aiter.flash_attn_varlen_func``: varlen attention of packed q over packed k/v; with
+    ``return_lse`` also lse ``[heads, total_q]`` float32 (the ``softmax_lse`` of its docstring,
+    ``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18; vLLM's extend path hands it to
+    ``merge_attn_states`` as ``[heads, tokens]``, ``rocm_aiter_fa.py`` 0.23.0 and 0.33.0). vLLM
+    calls it causally over the new tokens and non-causally over each context chunk, where a row
+    can have ``seqlen_k = 0`` (:func:`attend` for what that gives)."""
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
     _check(k.dtype == q.dtype and v.dtype == q.dtype, "q, k and v must share a dtype")
     _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "q, k, v must be [tokens, heads, d]")
@@ -168,7 +189,11 @@ def paged_attention_v1(
     sliding_window: int = 0,
 ) -> None:
     """``torch.ops.aiter.paged_attention_v1``: one query token per sequence (``mtp`` = 1) against
-    its ``context_lens`` cached tokens; ``sliding_window`` > 0 keeps the last that many."""
+    its ``context_lens`` cached tokens; ``sliding_window`` > 0 keeps the last that many. Sources:
+    the signature of ``aiter/ops/attention.py::paged_attention_v1`` and the HIP kernel, which
+    reads ``context_lens[seq_idx]`` keys and the query at ``cu_query_lens[seq_idx]``
+    (``aiter_meta/csrc/kernels/attention_v1.cu``), amd-aiter 0.1.7.post2.dev18; vLLM's call for
+    query length 1 (``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0)."""
     _check(kv_cache_layout == "NHD", f"kv_cache_layout {kv_cache_layout!r}, expected 'NHD'")
     _check(kv_cache_dtype == "auto", "fp8 KV caches are not referenced here")
     _check(mtp == 1, f"mtp {mtp}: the decode path calls this kernel for one token per sequence")
@@ -190,10 +215,8 @@ def paged_attention_v1(
         out[start : start + 1] = o.to(out.dtype)
 
 
-def unified_attention(
+def check_unified_attention(
     q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
     out: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
     max_seqlen_q: int,
@@ -210,29 +233,66 @@ def unified_attention(
     alibi_slopes: torch.Tensor | None = None,
     sinks: torch.Tensor | None = None,
     **unused: Any,
-) -> None:
-    """``aiter.ops.triton.unified_attention.unified_attention``: varlen queries against paged
-    keys (``seqused_k`` per sequence), causal bottom-right, with a sliding window."""
+) -> list[int]:
+    """The arguments vLLM's decode path passes to ``unified_attention``, checked against what the
+    kernel reads; returns the query offsets. Sources: AITER's own asserts (``causal``, no
+    ``q_descale``: ``aiter/ops/triton/unified_attention.py``, amd-aiter 0.1.7.post2.dev18); the
+    kernel reads ``seqused_k[i]`` keys through ``block_table[i]`` for the queries between
+    ``cu_seqlens_q[i]`` and ``cu_seqlens_q[i + 1]`` and ends the last sequence's rows at
+    ``cu_seqlens_q[num_seqs]`` (``_triton_kernels/unified_attention.py``), so each sequence
+    needs a block-table row and at least as many keys as queries (its queries are its last keys);
+    its 3D path's ``reduce_segments`` runs over every row of q, so q must end at the last offset.
+    vLLM passes ``query[:num_decode_tokens]``, ``seq_lens[:num_decodes]`` and
+    ``query_start_loc[:num_decodes + 1]`` (``rocm_aiter_fa.py``,
+    ``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0): all of that holds."""
     _check(not unused, f"unexpected arguments {sorted(unused)}")
     _check(causal, "the decode path calls unified_attention causally")
     _check(not softcap and alibi_slopes is None and sinks is None, "soft cap, alibi, sinks unused")
     _check(q_descale is None, "fp8 queries are not referenced here")
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
+    _check(out.shape == q.shape and out.dtype == q.dtype, "out must be like q")
     qo = _offsets("cu_seqlens_q", cu_seqlens_q)
     lengths = seqused_k.tolist()
     _check(len(qo) == len(lengths) + 1, f"{len(qo) - 1} query sequences, {len(lengths)} lengths")
+    _check(
+        qo[-1] == q.shape[0],
+        f"cu_seqlens_q ends at {qo[-1]}, q has {q.shape[0]} rows: AITER's 3D path writes every "
+        "row of q (reduce_segments' grid), so rows past the last offset would not be left alone",
+    )
     _check(block_table.shape[0] >= len(lengths), "one block-table row per sequence")
     q_lens = [b - a for a, b in itertools.pairwise(qo)]
     _check(max(q_lens, default=0) <= max_seqlen_q, f"max_seqlen_q {max_seqlen_q} short")
     _check(max(lengths, default=0) <= max_seqlen_k, f"max_seqlen_k {max_seqlen_k} short")
+    for b, (q_len, length) in enumerate(zip(q_lens, lengths, strict=True)):
+        _check(not q_len or length >= q_len, f"sequence {b}: {length} keys for {q_len} queries")
+    return qo
+
+
+def unified_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    **kwargs: Any,
+) -> None:
+    """``aiter.ops.triton.unified_attention.unified_attention``: varlen queries against paged
+    keys (``seqused_k`` per sequence) in a ``[blocks, block_size, kv_heads, d]`` cache (the
+    kernel reads ``block_size = v.shape[1]``, ``num_kv_heads = k.shape[2]``), causal aligned to
+    the bottom right (the kernel's ``context_len = seq_len - cur_batch_query_len`` offsets each
+    query's position), a window ``(left, right)`` kept as ``SLIDING_WINDOW = 1 + left`` keys up
+    to the query's own (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
+    Where that wheel loads, the forward tier runs the kernel itself (:mod:`.aiter_triton`) and a
+    test cross-checks the two."""
+    qo = check_unified_attention(q, out, **kwargs)
+    lengths = kwargs["seqused_k"].tolist()
+    block_table, window = kwargs["block_table"], kwargs["window_size"]
     for b, length in enumerate(lengths):
         rows = slice(qo[b], qo[b + 1])
         if qo[b + 1] == qo[b]:
             continue
-        _check(length >= q_lens[b], f"sequence {b}: {length} keys for {q_lens[b]} queries")
         keys = _paged_keys(k, block_table[b], length)
         values = _paged_keys(v, block_table[b], length)
-        o, _ = attend(q[rows], keys, values, softmax_scale, True, (window_size[0], window_size[1]))
+        o, _ = attend(q[rows], keys, values, kwargs["softmax_scale"], True, (window[0], window[1]))
         out[rows] = o.to(out.dtype)
 
 
@@ -336,8 +396,11 @@ def _module(name: str, **attributes: Any) -> types.ModuleType:
 
 
 def aiter_available() -> bool:
-    """Whether the real ``aiter`` imports (it needs ROCm)."""
-    if importlib.util.find_spec("aiter") is None:
+    """Whether the real ``aiter`` imports: on ROCm only (elsewhere its ``__init__`` raises, and
+    leaves half-loaded modules behind)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_rocm() or importlib.util.find_spec("aiter") is None:
         return False
     try:
         import aiter  # noqa: F401
@@ -347,9 +410,12 @@ def aiter_available() -> bool:
 
 
 @contextlib.contextmanager
-def installed() -> Iterator[list[str]]:
+def installed(
+    unified_attention_kernel: Callable[..., None] | None = None,
+) -> Iterator[list[str]]:
     """Within the block, the references stand where vLLM imports the real kernels from, for each
-    one that is absent. Yields the names of what was installed."""
+    one that is absent; ``unified_attention_kernel`` (AITER's own, :mod:`.aiter_triton`) stands
+    where given instead of its reference. Yields the names of the references installed."""
     names: list[str] = []
     libraries = []
     modules: dict[str, types.ModuleType] = {}
@@ -359,14 +425,17 @@ def installed() -> Iterator[list[str]]:
             "aiter.ops": _module("aiter.ops"),
             "aiter.ops.triton": _module("aiter.ops.triton"),
             "aiter.ops.triton.unified_attention": _module(
-                "aiter.ops.triton.unified_attention", unified_attention=unified_attention
+                "aiter.ops.triton.unified_attention",
+                unified_attention=unified_attention_kernel or unified_attention,
             ),
             "aiter.ops.triton.attention": _module("aiter.ops.triton.attention"),
             "aiter.ops.triton.attention.mha_v3": _module(
                 "aiter.ops.triton.attention.mha_v3", flash_attn_with_kvcache=flash_attn_with_kvcache
             ),
         }
-        names += ["aiter.flash_attn_varlen_func", "aiter...unified_attention"]
+        names.append("aiter.flash_attn_varlen_func")
+        if not getattr(unified_attention_kernel, "is_aiter", False):
+            names.append("aiter...unified_attention")
     if not _has_op("aiter", "paged_attention_v1"):
         library = torch.library.Library("aiter", "FRAGMENT")
         library.define(_PAGED_ATTENTION_SCHEMA)

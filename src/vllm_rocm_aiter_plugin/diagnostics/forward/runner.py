@@ -28,7 +28,7 @@ from unittest import mock
 import torch
 
 from vllm_rocm_aiter_plugin.builder import FAST_BUILD_ENV
-from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward import aiter_triton, harness, reference_kernels
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     CASES,
     CASES_BY_NAME,
@@ -102,6 +102,7 @@ class Runner:
         self._dirs = tempfile.TemporaryDirectory(prefix="forward-models-")
         self._configs = 0
         self.references: list[str] = []
+        self.unified_attention: aiter_triton.UnifiedAttention | None = None
 
     def close(self) -> None:
         self._dirs.cleanup()
@@ -160,12 +161,16 @@ class Runner:
         if meta.extend_metadata is not None:
             totals = meta.extend_metadata.chunk_context_metadata.total_token_per_batch
             result["largest_chunk_tokens"] = max(totals, default=0)
+        calls_before = self.unified_attention.calls if self.unified_attention else 0
         try:
             output = self.forward(case, config, layer, meta, step)
         except Exception as exc:
             result["error"] = f"forward raises {type(exc).__name__}: {exc}"
             result["traceback"] = traceback.format_exc(limit=-6)
             return result
+        finally:
+            if self.unified_attention is not None:
+                result["unified_attention_calls"] = self.unified_attention.calls - calls_before
         result["rows"] = self.judge(case, step, meta, output)
         return result
 
@@ -324,11 +329,31 @@ def why_unavailable(device: torch.device) -> str | None:
     return None
 
 
+def unified_attention_for(device: torch.device) -> aiter_triton.UnifiedAttention | None:
+    """What the forward runs as AITER's ``unified_attention``: None where the real AITER is
+    importable (ROCm: nothing is replaced); on CPU AITER's own Triton kernel where the
+    ``amd-aiter`` wheel loads, else the torch reference; the reference on other devices
+    (AITER's Triton kernels target HIP)."""
+    if reference_kernels.aiter_available():
+        return None
+    if device.type == "cpu":
+        kernel, why_not = aiter_triton.load_unified_attention()
+        if kernel is not None:
+            return kernel
+    else:
+        why_not = f"AITER's Triton kernels target HIP, not {device.type}"
+    origin = f"the torch reference ({why_not})"
+    return aiter_triton.UnifiedAttention(
+        reference_kernels.unified_attention, origin, is_aiter=False
+    )
+
+
 @contextlib.contextmanager
 def forward_environment(device: torch.device, gather_budget: int | None) -> Iterator[Runner]:
     runner = Runner(device, gather_budget)
+    runner.unified_attention = unified_attention_for(device)
     try:
-        with reference_kernels.installed() as references:
+        with reference_kernels.installed(runner.unified_attention) as references:
             runner.references = references
             yield runner
     finally:
@@ -371,6 +396,11 @@ def run(
             ],
         }
         report["references"] = runner.references
+        report["unified_attention"] = (
+            runner.unified_attention.to_json()
+            if runner.unified_attention is not None
+            else {"kernel": "AITER's (ROCm)", "aiter": True, "calls": None}
+        )
         report["gather_calls"] = {
             "kernel": runner.gather.kernel_calls,
             "reference": runner.gather.reference_calls,
@@ -461,6 +491,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+    if "unified_attention" in report:
+        used = report["unified_attention"]
+        print(f"forward tier: unified_attention: {used['kernel']}; calls: {used['calls']}",
+              file=sys.stderr)  # fmt: skip
     print(RESULT_MARK + json.dumps(report), flush=True)
     return 0
 
