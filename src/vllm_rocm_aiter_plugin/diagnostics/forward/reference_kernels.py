@@ -308,7 +308,10 @@ def reshape_and_cache_flash(
 ) -> None:
     """vLLM's ``_C_cache_ops.reshape_and_cache_flash``: token ``i`` goes to slot
     ``slot_mapping[i]`` of a [blocks, block_size, kv_heads, d] cache; negative slots (padding)
-    are skipped. The slot mapping's length is the number of tokens written."""
+    are skipped. The slot mapping's length is the number of tokens written. Sources: vLLM's
+    ``_custom_ops.reshape_and_cache_flash`` and ``do_kv_cache_update``'s call with
+    ``slot_mapping`` from the forward context, whose padding slots are -1 (``rocm_aiter_fa.py``
+    and ``PAD_SLOT_ID`` of ``vllm/v1/attention/backends/utils.py``, 0.23.0 and 0.33.0)."""
     _check(kv_cache_dtype == "auto", "fp8 KV caches are not referenced here")
     _check(slot_mapping.dim() == 1, "slot_mapping must be 1-D")
     n = slot_mapping.shape[0]
@@ -339,7 +342,10 @@ def cp_mha_gather_cache(
     total_tokens: int,
 ) -> None:
     """vLLM's ``cp_mha_gather_cache``: workspace token ``t`` of request ``b = token_to_batch[t]``
-    is the cached token at position ``seq_starts[b] + t - cu_seqlens_kv[b]``."""
+    is the cached token at position ``seq_starts[b] + t - cu_seqlens_kv[b]``. Source: vLLM's own
+    Triton kernel (``rocm_aiter_fa.py``, 0.23.0 and 0.33.0), which the tier runs on every call
+    up to its token budget and on the first tokens of every larger one, and which must agree
+    (``harness.Gather``)."""
     _check(kv_cache_layout == "NHD" and not dequant, "only the NHD bf16/fp16 layout is referenced")
     _check(total_tokens <= key.shape[0], f"{total_tokens} tokens for a {key.shape[0]} workspace")
     if total_tokens == 0:
