@@ -16,8 +16,9 @@ installed wheel is never modified:
   driver is one that answers ``GPUTarget("hip", "gfx942", 64)`` (MI300X); then the previous one
   is put back.
 - At each call, ``utils/device_info.get_num_sms`` asks ``torch.cuda`` for the CU count. The
-  function that runs is a copy of AITER's (:func:`..rebind.with_globals`) whose ``get_num_sms``
-  returns MI300X's 304; the count only shapes the launch grid and the 2D/3D kernel choice.
+  function that runs is a copy of AITER's (``vllm_rocm_aiter_plugin.rebind.with_globals``)
+  whose ``get_num_sms`` returns MI300X's 304; the count only shapes the launch grid and the
+  2D/3D kernel choice.
 
 Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as raw bit patterns. A bf16 call
 therefore runs AITER's kernel on float32 copies of q and the caches (exact) into a float32
