@@ -2,8 +2,10 @@
 
 Sessions (``bash scripts/nox -l`` lists them):
   demo                 the main job on vLLM releases.DEMO, an affected release
-  dist                 build the sdist and the wheel (python -m build), check their contents against
-                       the package tree and their metadata (twine check --strict) into dist/
+  dist                 build the sdist and the wheel (python -m build, SOURCE_DATE_EPOCH: byte for
+                       byte reproducible) into dist/, check their contents against the tracked
+                       tree, a second build and twine check --strict; then the tests that need
+                       neither torch nor vLLM from the unpacked sdist
   tests                the CPU suite against each release in releases.CI, on the installed wheel
   installed            what an operator does with the wheel, on each release in releases.CI
                        (scripts/check_installed.py)
@@ -20,6 +22,9 @@ Sessions (``bash scripts/nox -l`` lists them):
   verify -- VERSION    the CPU suite on one vLLM release, then scripts/verify_release.py VERSION
   upstream             the upstream patch against vLLM's sources and tests (docs/upstream/)
   cpu-only             with pip's configuration off, the test stack resolves no CUDA package
+  pythons              on each Python the metadata claims that the machine has: the tree
+                       byte-compiles, and the tests that need neither torch nor vLLM pass
+  tests-py312          opt-in: the CPU suite on Python 3.12 with the index's torch (a CUDA build)
 Pass extra pytest arguments after --, e.g. ``bash scripts/nox -s tests -- -k split``.
 """
 
@@ -31,7 +36,9 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
+import tarfile
 from collections.abc import Callable
 
 import nox
@@ -197,15 +204,113 @@ def install_plugin_wheel(session: nox.Session) -> None:
     session.install(*QUIET, "--no-deps", "--force-reinstall", wheel)
 
 
+def _source_date_epoch(session: nox.Session) -> str:
+    """``SOURCE_DATE_EPOCH`` as given, else the last commit's time: every build of one commit
+    then gives the same bytes (``docs/releases.md``, "Check a release by rebuilding it")."""
+    given = os.environ.get("SOURCE_DATE_EPOCH")
+    if given:
+        return given
+    out = session.run("git", "log", "-1", "--format=%ct", external=True, silent=True)
+    return str(out).strip()
+
+
 @nox.session(venv_backend="none")
 def dist(session: nox.Session) -> None:
-    """dist/: the sdist and the wheel built from it, checked against the tree and a wheel built
-    straight from the tree, and by ``twine check --strict``."""
+    """dist/: the sdist and the wheel built from it, reproducibly (``SOURCE_DATE_EPOCH``), checked
+    against the tracked tree, a wheel built straight from the tree and a second build, and by
+    ``twine check --strict``; then the tests that need neither torch nor vLLM run from the
+    unpacked sdist."""
+    epoch = _source_date_epoch(session)
+    env = {"SOURCE_DATE_EPOCH": epoch}
+    os.environ["SOURCE_DATE_EPOCH"] = epoch  # for the build's own children, check_dist's included
     shutil.rmtree("dist", ignore_errors=True)
-    session.run(sys.executable, "-m", "build", "--outdir", "dist", ".", external=True)
-    session.run(sys.executable, "scripts/check_dist.py", "dist", external=True)
+    session.run(sys.executable, "-m", "build", "--outdir", "dist", ".", external=True, env=env)
+    session.run(sys.executable, "scripts/reproducible_sdist.py", *glob.glob("dist/*.tar.gz"),
+                external=True, env=env)  # fmt: skip
+    session.run(sys.executable, "scripts/check_dist.py", "dist", external=True, env=env)
     session.run(sys.executable, "-m", "twine", "check", "--strict", *sorted(glob.glob("dist/*")),
                 external=True)  # fmt: skip
+    # The sdist is a source tree of its own: its tests that need neither torch nor vLLM run there
+    (sdist,) = glob.glob("dist/*.tar.gz")
+    unpacked = session.create_tmp()
+    shutil.rmtree(os.path.join(unpacked, "sdist"), ignore_errors=True)
+    with tarfile.open(sdist) as archive:
+        archive.extractall(os.path.join(unpacked, "sdist"), filter="data")
+    (tree,) = glob.glob(os.path.join(unpacked, "sdist", "*"))
+    _without_vllm(session, sys.executable, tree, os.path.abspath(glob.glob("dist/*.whl")[0]))
+
+
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+"""Every Python ``requires-python`` and the classifiers claim (``tests/test_packaging.py`` checks
+that they agree)."""
+
+
+def _interpreter(version: str) -> str | None:
+    """An interpreter of Python ``version`` on this machine (pyenv's versions, else PATH's
+    ``pythonX.Y``), or None."""
+    pyenv = os.path.expanduser(os.environ.get("PYENV_ROOT", "~/.pyenv"))
+    pattern = os.path.join(pyenv, "versions", f"{version}.*", "bin", f"python{version}")
+    candidates = [*sorted(glob.glob(pattern)), shutil.which(f"python{version}")]
+    for candidate in filter(None, candidates):
+        check = [candidate, "-c", f"import sys; assert sys.version.startswith('{version}.')"]
+        if subprocess.run(check, capture_output=True, check=False).returncode == 0:
+            return candidate
+    return None
+
+
+COMPILES = """
+import pathlib, sys
+paths = [p for a in sys.argv[1:] for p in ([pathlib.Path(a)] if a.endswith(".py") else
+         sorted(pathlib.Path(a).rglob("*.py")))]
+for path in paths:
+    compile(path.read_bytes(), str(path), "exec")
+print(f"{len(paths)} files compile on Python {sys.version.split()[0]}")
+"""
+"""Byte-compiles every ``.py`` under its arguments without writing bytecode into the tree."""
+
+
+def _without_vllm(session: nox.Session, python: str, tree: str, wheel: str) -> None:
+    """In ``tree`` (a checkout or an unpacked sdist), with ``python``: every Python file
+    byte-compiles, and the tests that need neither torch nor vLLM (``-m novllm``) pass against the
+    plugin's ``wheel`` installed in a fresh venv."""
+    venv = os.path.abspath(os.path.join(session.create_tmp(), f"novllm-{os.path.basename(python)}"))
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run(python, "-m", "venv", venv, external=True, silent=True)
+    bin_python = os.path.join(venv, "bin", "python")
+    pinned = os.path.join(tree, "requirements", "test.txt")
+    try:
+        session.run(bin_python, "-m", "pip", "install", *QUIET, "-r", pinned, external=True,
+                    silent=True)  # fmt: skip
+    except nox.command.CommandFailed:  # a pin this Python's wheels lack (hypothesis left 3.10)
+        session.log(f"{pinned}'s pins do not install on {python}: the newest pytest, hypothesis")
+        session.run(bin_python, "-m", "pip", "install", *QUIET, "pytest", "hypothesis",
+                    external=True)  # fmt: skip
+    session.run(bin_python, "-m", "pip", "install", *QUIET, "--no-deps", wheel, external=True)
+    with session.chdir(tree):
+        session.run(bin_python, "-c", COMPILES, "src", "tests", "scripts", "benchmarks",
+                    "noxfile.py", external=True, silent=True)  # fmt: skip
+        session.run(bin_python, "-m", "pytest", "-m", "novllm", "-q", "-p", "no:cacheprovider",
+                    external=True)  # fmt: skip
+
+
+@nox.session(venv_backend="none")
+@_removed_after_under_ci
+def pythons(session: nox.Session) -> None:
+    """On each Python the metadata claims that this machine has: the tree byte-compiles and the
+    tests that need neither torch nor vLLM pass against the plugin's wheel. Says which it ran."""
+    wheel = plugin_wheel(session)
+    ran, missing = [], []
+    for version in PYTHONS:
+        python = _interpreter(version)
+        if python is None:
+            missing.append(version)
+            continue
+        _without_vllm(session, python, os.getcwd(), wheel)
+        ran.append(version)
+    session.log(f"pythons: ran {', '.join(ran) or 'none'}; not on this machine: "
+                f"{', '.join(missing) or 'none'}")  # fmt: skip
+    if not ran:
+        session.error("no Python the metadata claims is on this machine")
 
 
 @nox.session
@@ -253,6 +358,24 @@ def tests(session: nox.Session, vllm: str) -> None:
         success_codes=[0, 1],
     )  # fmt: skip
     session.run("python", "scripts/junit_summary.py", junit, record)
+
+
+@nox.session(name="tests-py312", python="3.12")
+def tests_py312(session: nox.Session) -> None:
+    """Opt-in, not in ``.ci/run``: the CPU suite on Python 3.12 (a ROCm image's) against the
+    newest tested vLLM. torch's CPU build at hand is for 3.11 only, so this installs the package
+    index's torch for 3.12: a CUDA build, with its CUDA libraries (several GB; measured cost in
+    docs/testing.md). Without a CUDA driver it runs on the CPU like the 3.11 tier."""
+    version = TORCH.split("==", 1)[1].split("+", 1)[0]
+    stamp = _stamp(STACK_FILES, f"torch=={version}", "index")
+    if not _reuse(session, stamp):
+        session.install(*QUIET, f"torch=={version}")  # the index's build, with its dependencies
+        session.install(*QUIET, "-r", "requirements/vllm-cpu.txt", "-r", "requirements/test.txt")
+        session.install(*QUIET, "--no-deps", f"vllm=={releases.NEWEST}")
+        session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
+        _record(session, stamp)
+    install_plugin_wheel(session)
+    session.run("pytest", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session

@@ -1,11 +1,18 @@
 """Check what ``python -m build`` put in DIST against the package tree: ``python scripts/check_dist.py DIST``.
 
 Run by ``bash scripts/nox -s dist`` (``.ci/run``, the release workflow). What is expected comes from
-the tree, not from a list: every file under ``src/vllm_rocm_aiter_plugin/`` but bytecode. It checks
-- the wheel holds exactly those files, byte for byte, and the sdist holds them too;
+the tree, not from a list: every file under ``src/vllm_rocm_aiter_plugin/`` but bytecode, and every
+file ``git ls-files`` tracks but ``EXCLUDED``. It checks
+- the wheel holds exactly the package's files, byte for byte;
+- the sdist holds exactly the tracked files but ``EXCLUDED``, byte for byte, plus what setuptools
+  generates (``GENERATED``): its tests, docs, scripts and requirements run and build from it;
 - the wheel that the sdist built equals one built straight from the tree, member for member;
 - the wheel's version is ``_version.py``'s, it requires nothing, and it declares both vLLM entry
-  points and the console script of ``pyproject.toml``.
+  points and the console script of ``pyproject.toml``; the long description (the README) has no
+  relative link, since it is the package index's page, and its repository links start with
+  ``[project.urls] Source``;
+- a second build of the same commit (``SOURCE_DATE_EPOCH`` set, the sdist through
+  ``scripts/reproducible_sdist.py``) gives byte-identical files.
 Prints one line per check; exits 1 naming every difference.
 """
 
@@ -14,6 +21,7 @@ from __future__ import annotations
 import email.parser
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +34,26 @@ import tomllib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "vllm_rocm_aiter_plugin"
 SOURCE = os.path.join(ROOT, "src", PACKAGE)
+
+EXCLUDED = (".gitignore",)
+"""Tracked files the sdist leaves out: git's own, which acts on a repository, not on a source tree
+(``MANIFEST.in`` includes the rest; the workflows too, whose tests run from the sdist)."""
+GENERATED = ("PKG-INFO", "setup.cfg", f"src/{PACKAGE}.egg-info/")
+"""What setuptools adds to every sdist."""
+LINK = re.compile(r"\]\(([^)\s]+)\)|<a href=\"([^\"]+)\"")
+
+
+def tracked_files() -> dict[str, bytes]:
+    """``{path: bytes}`` of every file git tracks in the checkout but ``EXCLUDED``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True
+    ).stdout.decode()
+    files = {}
+    for name in filter(None, listed.split("\0")):
+        if not name.startswith(EXCLUDED):
+            with open(os.path.join(ROOT, name), "rb") as f:
+                files[name] = f.read()
+    return files
 
 
 def tree_files() -> dict[str, bytes]:
@@ -85,8 +113,7 @@ def check_metadata(members: dict[str, bytes]) -> list[str]:
         problems.append(f"wheel version {metadata['Version']} != _version.py's {version}")
     if metadata.get_all("Requires-Dist"):
         problems.append(f"the wheel requires {metadata.get_all('Requires-Dist')}; it must not")
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        project = tomllib.load(f)["project"]
+    project = _project()
     entry_points = members.get(f"{info}/entry_points.txt", b"").decode()
     declared = {f"[{group}]": points for group, points in project["entry-points"].items()}
     declared["[console_scripts]"] = project["scripts"]
@@ -97,13 +124,64 @@ def check_metadata(members: dict[str, bytes]) -> list[str]:
     return problems
 
 
-def build_from_tree(out: str) -> str:
+def _project() -> dict:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def check_long_description(members: dict[str, bytes]) -> list[str]:
+    """The wheel's long description links only absolutely, into ``[project.urls] Source``."""
+    version = _version()
+    metadata = email.parser.Parser().parsestr(
+        members[f"{PACKAGE}-{version}.dist-info/METADATA"].decode()
+    )
+    source = _project()["urls"]["Source"]
+    problems = []
+    for match in LINK.finditer(metadata.get_payload()):
+        target = match.group(1) or match.group(2)
+        if not target.startswith(("https://", "http://", "mailto:")):
+            problems.append(f"the long description links {target!r} relatively")
+        elif "github.com" in target and not target.startswith(source):
+            problems.append(f"the long description links {target!r}, not under {source}")
+    return problems
+
+
+def build_twice(dist: str) -> list[str]:
+    """The sdist and the wheel built again from the tree as the dist session builds them: each
+    must equal ``dist``'s byte for byte."""
+    if not os.environ.get("SOURCE_DATE_EPOCH"):
+        return [
+            "SOURCE_DATE_EPOCH is not set: the build is not reproducible (use the dist session)"
+        ]
+    with tempfile.TemporaryDirectory() as out:
+        _build(["--outdir", out, ROOT])
+        subprocess.run(
+            [sys.executable, os.path.join(ROOT, "scripts", "reproducible_sdist.py"),
+             *glob.glob(os.path.join(out, "*.tar.gz"))],
+            check=True, capture_output=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        problems = []
+        for first in sorted(
+            glob.glob(os.path.join(dist, "*.whl")) + glob.glob(os.path.join(dist, "*.tar.gz"))
+        ):
+            second = os.path.join(out, os.path.basename(first))
+            with open(first, "rb") as a, open(second, "rb") as b:
+                if a.read() != b.read():
+                    problems.append(f"{os.path.basename(first)} differs between two builds")
+        return problems
+
+
+def _build(args: list[str]) -> None:
     for stale in glob.glob(os.path.join(ROOT, "build", "lib*")):  # setuptools would ship leftovers
         shutil.rmtree(stale)
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", out, ROOT],
-        check=True, capture_output=True, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "build", *args], check=True, capture_output=True,
+        stdin=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def build_from_tree(out: str) -> str:
+    _build(["--wheel", "--outdir", out, ROOT])
     (wheel,) = glob.glob(os.path.join(out, "*.whl"))
     return wheel
 
@@ -116,20 +194,25 @@ def main(argv: list[str]) -> int:
     in_wheel = wheel_members(wheel)
     in_sdist = sdist_members(sdist)
     package_in_wheel = {n for n in in_wheel if n.startswith(f"{PACKAGE}/")}
-    sdist_package = {n[len("src/") :]: d for n, d in in_sdist.items() if n.startswith("src/")}
     extra = sorted(package_in_wheel - set(expected))
-    top_level = ("pyproject.toml", "README.md", "LICENSE")
+    tracked = tracked_files()
+    generated = [n for n in in_sdist if n.startswith(GENERATED)]
+    sdist_extra = sorted(set(in_sdist) - set(tracked) - set(generated))
     checks = {
         f"wheel: the tree's {len(expected)} package files, byte for byte, and nothing else": [
             *_differences(expected, in_wheel, "the wheel"),
             *(f"the wheel has {n}, which the tree lacks" for n in extra),
         ],
-        f"sdist: the tree's {len(expected)} package files, {', '.join(top_level)}": [
-            *_differences(expected, sdist_package, "the sdist"),
-            *(f"the sdist lacks {n}" for n in top_level if n not in in_sdist),
+        f"sdist: the {len(tracked)} tracked files but {', '.join(EXCLUDED)}, byte for byte, "
+        f"and {len(generated)} generated by setuptools": [
+            *_differences(tracked, in_sdist, "the sdist"),
+            *(f"the sdist has {n}, which git does not track" for n in sdist_extra),
         ],
         "metadata: version from _version.py, no requirements, entry points of pyproject.toml": (
             check_metadata(in_wheel)
+        ),
+        "long description: no relative link; repository links under [project.urls] Source": (
+            check_long_description(in_wheel)
         ),
     }
     with tempfile.TemporaryDirectory() as out:
@@ -143,6 +226,10 @@ def main(argv: list[str]) -> int:
             if in_wheel[n] != from_tree[n]
         ),
     ]
+    checks[
+        f"reproducible: a second build (SOURCE_DATE_EPOCH={os.environ.get('SOURCE_DATE_EPOCH')}) "
+        "gives the same bytes"
+    ] = build_twice(dist)
     failed = False
     for title, problems in checks.items():
         print(f"dist: {'PASS' if not problems else 'FAIL'}  {title}")

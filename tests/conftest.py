@@ -37,8 +37,33 @@ NOT_IN_THE_ENVIRONMENT = (
 )
 
 
+NO_VLLM = "novllm"
+"""The marker of tests that need neither torch nor vLLM: ``pytest -m novllm`` runs them anywhere
+(the unpacked sdist, every Python the metadata claims; ``bash scripts/nox -s pythons``)."""
+
+
+def only_tests_without_vllm(config: pytest.Config) -> bool:
+    return config.getoption("markexpr", "") == NO_VLLM
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m novllm`` only the test files that carry the marker are imported: the others
+    import torch or vLLM at the top, which this Python may not have."""
+    if not only_tests_without_vllm(config):
+        return None
+    if collection_path.is_dir():
+        files = collection_path.rglob("test_*.py")
+    elif collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        files = iter([collection_path])
+    else:
+        return None
+    return not any("pytest.mark.novllm" in f.read_text(encoding="utf-8") for f in files)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Outside the test environments: one line saying how to run the tests, not a traceback."""
+    if only_tests_without_vllm(config):
+        return
     missing = []
     for name in ("torch", "vllm"):
         try:
@@ -84,11 +109,13 @@ def _assert_real_vllm() -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _assert_real_vllm()
+    if not only_tests_without_vllm(session.config):
+        _assert_real_vllm()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _assert_real_vllm()
+    if not only_tests_without_vllm(session.config):
+        _assert_real_vllm()
 
 
 SUMMARY_LINES = pytest.StashKey[list[str]]()
@@ -105,6 +132,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    if only_tests_without_vllm(config):
+        return [f"-m {NO_VLLM}: the tests that need neither torch nor vLLM"]
     import torch
     import vllm
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.subprocess_util import REPO_ROOT
 
-pytestmark = pytest.mark.cpu
+pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 
 REPORT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4" failures="1" errors="1" skipped="1">

@@ -9,7 +9,7 @@ import pytest
 
 from tests.subprocess_util import REPO_ROOT
 
-pytestmark = pytest.mark.cpu
+pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 
 
 def test_generated_tables_match_the_results_files():

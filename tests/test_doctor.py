@@ -315,6 +315,10 @@ PROBLEM_KINDS = {
                                   "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD='sometimes' is not understood"),
     "attention backend unknown": ({"VLLM_ATTENTION_BACKEND": "NOPE"}, {},
                                   "VLLM_ATTENTION_BACKEND='NOPE' is not an attention backend"),
+    "attention backend ROCm refuses": ({"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}, {},
+                                       "VLLM_ATTENTION_BACKEND=FLASH_ATTN cannot run on ROCm"),
+    "CPU backend named": ({"VLLM_ATTENTION_BACKEND": "CPU_ATTN"}, {},
+                          "VLLM_ATTENTION_BACKEND=CPU_ATTN cannot run on ROCm"),
     "VLLM_PLUGINS excludes the plugin": ({"VLLM_PLUGINS": "other"}, {},
                                          "VLLM_PLUGINS='other' excludes the plugin"),
     "switched off": ({"VLLM_ROCM_AITER_PLUGIN": "0"}, {},
@@ -360,6 +364,59 @@ def test_every_kind_of_problem_gives_exit_1_and_one_problem_line(kind, monkeypat
     doctor.render(report, sys.stdout)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("PROBLEM")]
     assert len(printed) == len(report.problems)
+
+
+def test_a_refused_backend_names_the_backends_rocm_runs(monkeypatch):
+    """The PROBLEM for a backend the plugin's platform refuses names what vLLM's ROCm platform
+    runs, read off the installed vLLM's own candidate list, and the variable's line no longer
+    says that it selects the backend."""
+    for name in CLEARED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "FLASH_ATTN")
+    report = doctor.collect(_healthy_in_process_checks())
+    (problem,) = report.problems
+    assert "ROCM_ATTN" in problem and "TRITON_MLA" in problem and "ROCM_AITER_FA" in problem
+    variable = next(v for v in report.variables if v.name == "VLLM_ATTENTION_BACKEND")
+    assert "cannot run" in variable.meaning and not variable.meaning.startswith("selects")
+    assert report.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "name, offered, rejected",
+    [("ROCM_AITER_FA", "models without MLA", "MLA models"),
+     ("TRITON_MLA", "MLA models", "models without MLA")],
+)  # fmt: skip
+def test_a_backend_vllm_rejects_for_a_kind_of_model_is_a_note(monkeypatch, name, offered, rejected):
+    for variable in CLEARED:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", name)
+    report = doctor.collect(_healthy_in_process_checks())
+    assert (report.problems, report.exit_code) == ([], 0), report.problems
+    (note,) = [n for n in report.notes if n.startswith(f"VLLM_ATTENTION_BACKEND={name}:")]
+    offered_part, rejected_part = note.split(" only; ")
+    assert offered_part.endswith(f"offers it for {offered}") and rejected in rejected_part
+
+
+def test_an_unparsable_vllm_version_is_its_own_problem(monkeypatch):
+    """A source build's vLLM reports ``dev`` (``vllm/version.py``'s fallback): the serving
+    process stays stock, and the doctor's policy line and PROBLEM say why and how to take the fix
+    anyway, from the version the plugin's policy reads (``vllm.__version__``, not the package
+    metadata's)."""
+    import vllm
+
+    for name in CLEARED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(vllm, "__version__", "dev")  # what a source build without _version has
+    stock = doctor.Resolution("stock.B", "b", False, None, True, {})
+    plugins = doctor.Plugins("site-packages", True, True, [])
+    checks = {**_passing_fresh_process_checks(), "resolution": lambda: stock}
+    report = doctor.collect({**checks, "plugins": lambda: plugins})
+    assert report.versions is not None and report.versions.vllm == "dev"
+    assert report.versions.vllm_in_tested_range is False
+    assert report.policy is not None and "'dev', which cannot be parsed" in report.policy.message
+    (problem,) = report.problems
+    assert "VLLM_ROCM_AITER_PLUGIN=force to take the fix anyway" in problem
+    assert report.exit_code == 1
 
 
 def test_a_healthy_install_has_no_problem_and_exits_0(monkeypatch):

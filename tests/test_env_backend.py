@@ -1,6 +1,7 @@
-"""VLLM_ATTENTION_BACKEND onto a real VllmConfig, through the functions the plugin's ROCm platform
-calls (``check_and_update_config`` and ``get_attn_backend_cls``): it selects what it names, legacy
-names select what they meant, and no value ever stops a start."""
+"""VLLM_ATTENTION_BACKEND through the function the plugin's ROCm platform calls for backend
+selection (``get_attn_backend_cls``): it selects what it names where vLLM passes no backend,
+legacy names select what they meant, no value ever stops a start, and nothing of the VllmConfig
+is written, so no other reader of ``attention_config.backend`` sees the variable."""
 
 from __future__ import annotations
 
@@ -10,21 +11,29 @@ import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
 from tests import vllm_releases
+from vllm_rocm_aiter_plugin import env_backend
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.env_backend import (
     ENV_VAR,
     LEGACY_NAMES,
-    apply_env_attention_backend,
     resolve,
     select_attention_backend,
 )
+from vllm_rocm_aiter_plugin.envs import SHOWN_LIMIT
 
 pytestmark = pytest.mark.cpu
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_lines():
+    """Each selection line is logged once per process; each test is a fresh 'process' here."""
+    env_backend._said.clear()
+    yield
+    env_backend._said.clear()
+
+
 @pytest.fixture
 def config(tiny_model_dir):
-    """A fresh VllmConfig per test (the function writes to its attention config)."""
     return samples.tiny_vllm_config(tiny_model_dir)
 
 
@@ -36,11 +45,36 @@ def _warnings(caplog_vllm) -> list[str]:
     )
 
 
-def test_selects_the_named_backend_when_no_flag_was_given(config):
+class Selection:
+    """vLLM's get_attn_backend_cls contract: the selected backend's path, ValueError when it is
+    not valid for the model, the automatic choice for None. Records what it was asked."""
+
+    def __init__(self, valid=None):
+        self.valid, self.asked = valid, []
+
+    def __call__(self, selected, *args, **kwargs):
+        self.asked.append(selected)
+        if selected is None:
+            return "auto-selected"
+        if self.valid is not None and selected not in self.valid:
+            raise ValueError(f"Selected backend {selected} is not valid for this configuration.")
+        return selected.get_path()
+
+
+def _select(selected, environ, select=None, **kwargs):
+    select = select or Selection()
+    return select_attention_backend(select, selected, "selector", environ=environ, **kwargs)
+
+
+def test_selects_the_named_backend_where_vllm_passes_none(config, caplog_vllm):
+    before = config.attention_config.compute_hash()
+    path = _select(None, {ENV_VAR: "ROCM_AITER_FA"})
+    assert path == AttentionBackendEnum.ROCM_AITER_FA.get_path()
     assert config.attention_config.backend is None
-    selected = apply_env_attention_backend(config, {ENV_VAR: "ROCM_AITER_FA"})
-    assert selected is AttentionBackendEnum.ROCM_AITER_FA
-    assert config.attention_config.backend is AttentionBackendEnum.ROCM_AITER_FA
+    assert config.attention_config.compute_hash() == before
+    assert _warnings(caplog_vllm) == []
+    (info,) = [r.getMessage() for r in caplog_vllm.records if r.levelno == logging.INFO]
+    assert "ROCM_AITER_FA selected by VLLM_ATTENTION_BACKEND" in info
 
 
 @pytest.mark.parametrize("name", list(AttentionBackendEnum.__members__))
@@ -51,91 +85,114 @@ def test_every_backend_this_vllm_knows_is_accepted(name):
 
 
 @pytest.mark.parametrize("legacy", sorted(LEGACY_NAMES))
-def test_legacy_names_start_cleanly(config, caplog_vllm, legacy):
+def test_legacy_names_start_cleanly(caplog_vllm, legacy):
     """Names launch scripts still carry: the backend they meant where this release has one on
     ROCm, else one WARNING naming the valid names and automatic selection. Never an exception."""
-    selected = apply_env_attention_backend(config, {ENV_VAR: legacy})
+    select = Selection()
+    path = _select(None, {ENV_VAR: legacy}, select)
     target = LEGACY_NAMES[legacy]
     if target is not None and target in AttentionBackendEnum.__members__:
-        assert selected is AttentionBackendEnum[target]
-        assert config.attention_config.backend is selected
+        assert select.asked == [AttentionBackendEnum[target]]
+        assert path == AttentionBackendEnum[target].get_path()
         assert _warnings(caplog_vllm) == []
     else:
-        assert selected is None and config.attention_config.backend is None
+        assert select.asked == [None] and path == "auto-selected"
         (warning,) = _warnings(caplog_vllm)
         assert f"{ENV_VAR}={legacy!r}" in warning and "ROCM_AITER_FA" in warning
 
 
 @pytest.mark.parametrize("value", ["ROCM_AITER_FAST", "bogus", "flash-attn"])
-def test_unknown_names_warn_once_and_keep_automatic_selection(config, caplog_vllm, value):
-    assert apply_env_attention_backend(config, {ENV_VAR: value}) is None
-    assert config.attention_config.backend is None
+def test_unknown_names_warn_once_and_keep_automatic_selection(caplog_vllm, value):
+    select = Selection()
+    for _ in range(3):  # vLLM selects once per kind of attention layer: one WARNING in all
+        assert _select(None, {ENV_VAR: value}, select) == "auto-selected"
+    assert select.asked == [None] * 3
     (warning,) = _warnings(caplog_vllm)
     assert f"{ENV_VAR}={value!r} is not an attention backend" in warning
     assert "Valid names: " in warning and "ROCM_AITER_FA" in warning
 
 
-@pytest.mark.parametrize("value", ["auto", "AUTO", ""])
-def test_auto_keeps_automatic_selection(config, value):
-    assert apply_env_attention_backend(config, {ENV_VAR: value}) is None
-    assert config.attention_config.backend is None
-
-
-def test_unset_changes_nothing(config):
-    assert apply_env_attention_backend(config, {}) is None
-    assert config.attention_config.backend is None
-
-
-def test_command_line_wins_and_a_warning_says_so(config, caplog_vllm):
-    config.attention_config.backend = AttentionBackendEnum.TRITON_ATTN  # --attention-backend
-    assert apply_env_attention_backend(config, {ENV_VAR: "ROCM_AITER_FA"}) is None
-    assert config.attention_config.backend is AttentionBackendEnum.TRITON_ATTN
+def test_a_huge_value_gives_a_short_warning(caplog_vllm):
+    value = "X" * 100_000
+    assert _select(None, {ENV_VAR: value}) == "auto-selected"
     (warning,) = _warnings(caplog_vllm)
-    assert "--attention-backend TRITON_ATTN was also given and wins" in warning
+    assert len(warning) < SHOWN_LIMIT + 150 + len(env_backend._valid_names())
+    assert "(100002 characters)" in warning  # the repr's length: the value and its quotes
 
 
-def test_agreeing_flag_and_variable_do_not_warn(config, caplog_vllm):
-    config.attention_config.backend = AttentionBackendEnum.ROCM_AITER_FA
-    assert apply_env_attention_backend(config, {ENV_VAR: "rocm_aiter_fa"}) is None
+@pytest.mark.parametrize("value", ["auto", "AUTO", ""])
+def test_auto_keeps_automatic_selection(value):
+    select = Selection()
+    assert _select(None, {ENV_VAR: value}, select) == "auto-selected"
+    assert select.asked == [None]
+
+
+def test_unset_changes_nothing():
+    select = Selection()
+    backend = AttentionBackendEnum.TRITON_ATTN
+    assert _select(backend, {}, select) == backend.get_path()
+    assert _select(None, {}, select) == "auto-selected"
+    assert select.asked == [backend, None]
+
+
+def test_a_backend_vllm_passes_wins_and_the_warning_claims_no_flag(caplog_vllm):
+    """vLLM passes a backend from --attention-backend or from its own choice for the model
+    (Gemma 4's config hook sets TRITON_ATTN): either way it wins, and the WARNING does not claim
+    a flag that may never have been given."""
+    select = Selection()
+    backend = AttentionBackendEnum.TRITON_ATTN
+    assert _select(backend, {ENV_VAR: "ROCM_AITER_FA"}, select) == backend.get_path()
+    assert select.asked == [backend]
+    (warning,) = _warnings(caplog_vllm)
+    assert f"{ENV_VAR}=ROCM_AITER_FA is ignored" in warning
+    assert "already selects TRITON_ATTN" in warning
+    assert "was also given" not in warning
+
+
+def test_agreeing_flag_and_variable_do_not_warn(caplog_vllm):
+    backend = AttentionBackendEnum.ROCM_AITER_FA
+    assert _select(backend, {ENV_VAR: "rocm_aiter_fa"}) == backend.get_path()
     assert not [r for r in caplog_vllm.records if r.levelno >= logging.WARNING]
 
 
-def _rejecting_select(valid: set):
-    """vLLM's get_attn_backend_cls contract: the selected backend's path, ValueError when it is
-    not valid for the model, the automatic choice for None."""
-
-    def select(selected, *args, **kwargs):
-        if selected is None:
-            return "auto-selected"
-        if selected not in valid:
-            raise ValueError(f"Selected backend {selected} is not valid for this configuration.")
-        return selected.get_path()
-
-    return select
+def test_agreeing_flag_and_variable_keep_vllms_own_error():
+    """When --attention-backend names the variable's backend, vLLM's rejection is vLLM's: the
+    variable must not turn the flag's error into a silent fallback."""
+    backend = AttentionBackendEnum.FLASH_ATTN
+    with pytest.raises(ValueError, match="is not valid"):
+        _select(backend, {ENV_VAR: backend.name}, Selection(valid=set()))
 
 
 def test_a_backend_vllm_rejects_falls_back_to_automatic_selection(caplog_vllm):
-    rejected = AttentionBackendEnum.FLASH_ATTN
-    select = _rejecting_select(valid=set())
-    assert select_attention_backend(select, rejected, rejected, "config") == "auto-selected"
+    select = Selection(valid=set())
+    assert _select(None, {ENV_VAR: "FLASH_ATTN"}, select) == "auto-selected"
+    assert select.asked == [AttentionBackendEnum.FLASH_ATTN, None]
     (warning,) = _warnings(caplog_vllm)
     assert f"{ENV_VAR}=FLASH_ATTN is not valid for this model" in warning
 
 
 def test_a_command_line_backend_vllm_rejects_still_fails():
     """Only what the variable selected falls back: --attention-backend keeps vLLM's error."""
-    select = _rejecting_select(valid=set())
     with pytest.raises(ValueError, match="is not valid"):
-        select_attention_backend(select, AttentionBackendEnum.FLASH_ATTN, None, "config")
+        _select(AttentionBackendEnum.FLASH_ATTN, {}, Selection(valid=set()))
+
+
+def test_a_backend_the_platform_cannot_run_is_never_tried(caplog_vllm):
+    select = Selection()
+    path = _select(
+        None, {ENV_VAR: "CPU_ATTN"}, select, why_not_here=lambda backend: "not a ROCm backend"
+    )
+    assert path == "auto-selected" and select.asked == [None]
+    (warning,) = _warnings(caplog_vllm)
+    assert warning.startswith(f"{ENV_VAR}=CPU_ATTN cannot run here (not a ROCm backend)")
 
 
 def test_a_valid_backend_is_selected_as_named():
     backend = AttentionBackendEnum.ROCM_AITER_FA
-    select = _rejecting_select(valid={backend})
-    assert select_attention_backend(select, backend, backend) == backend.get_path()
+    assert _select(None, {ENV_VAR: backend.name}, Selection(valid={backend})) == backend.get_path()
 
 
-FAKED_GFX942 = """
+FAKED_PRELUDE = """
 import logging, types
 from unittest import mock
 
@@ -162,6 +219,13 @@ logging.getLogger("vllm.rocm_aiter_plugin").addHandler(Record())
 
 selector = AttentionSelectorConfig(head_size=64, dtype=torch.float16, kv_cache_dtype="auto",
                                    block_size=16)
+"""
+"""vLLM's real ``RocmPlatform`` and the plugin's in a child process, on a faked gfx942: ``selector``
+describes a decoder layer; ``warnings`` collects the plugin's WARNING lines."""
+
+FAKED_GFX942 = (
+    FAKED_PRELUDE
+    + """
 backend = AttentionBackendEnum[NAME]
 
 def outcome(platform):
@@ -171,10 +235,14 @@ def outcome(platform):
         return f"raises {type(exc).__name__}"
 
 with set_current_vllm_config(samples.tiny_vllm_config()):
-    report({"stock": outcome(RocmPlatform), "plugin": outcome(AiterRocmPlatform),
+    # vLLM passes the flag's backend to stock; to the plugin's platform it passes None, the
+    # field the variable no longer writes
+    plugin = AiterRocmPlatform.get_attn_backend_cls(None, selector)
+    report({"stock": outcome(RocmPlatform), "plugin": plugin,
             "auto": RocmPlatform.get_attn_backend_cls(None, selector), "warnings": warnings,
             "arch": RocmPlatform.get_device_capability().as_version_str()})
 """
+)
 
 
 @pytest.mark.subprocess

@@ -4,8 +4,10 @@ does not understand (the plugin then acts on the default, and says so)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from vllm_rocm_aiter_plugin import builder, envs
+from vllm_rocm_aiter_plugin import builder, envs, policy
 from vllm_rocm_aiter_plugin.envs import Switch
 
 pytestmark = pytest.mark.cpu
@@ -75,3 +77,48 @@ def test_the_plugin_reads_no_variable_outside_the_registry():
     for path in package.rglob("*.py"):
         found |= set(re.findall(r'"(VLLM_[A-Z_]+)"', path.read_text()))
     assert found <= known, sorted(found - known)
+
+
+ALLOWLISTS = [
+    None,
+    "vllm_rocm_aiter_plugin",
+    "a,vllm_rocm_aiter_plugin",
+    "a, vllm_rocm_aiter_plugin",  # vLLM does not strip: " vllm_rocm_aiter_plugin" is not us
+    " vllm_rocm_aiter_plugin",
+    "a,b",
+    "",
+]
+
+
+@pytest.mark.parametrize("value", ALLOWLISTS)
+def test_vllm_plugins_parsed_as_the_installed_vllm_does(monkeypatch, value):
+    """The plugin's parser against vLLM's own (``vllm.envs``), value by value."""
+    import vllm.envs as vllm_envs
+
+    if value is None:
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_PLUGINS", value)
+    expected = vllm_envs.environment_variables["VLLM_PLUGINS"]()
+    assert envs.parse_vllm_plugins(value).value == expected
+
+
+@given(value=st.lists(st.sampled_from([*"ab ,_\t", "vllm_rocm_aiter_plugin"])).map("".join))
+def test_vllm_plugins_parser_matches_vllm_on_any_string(value):
+    import os
+
+    import vllm.envs as vllm_envs
+
+    saved = os.environ.get("VLLM_PLUGINS")
+    os.environ["VLLM_PLUGINS"] = value
+    try:
+        expected = vllm_envs.environment_variables["VLLM_PLUGINS"]()
+    finally:
+        if saved is None:
+            del os.environ["VLLM_PLUGINS"]
+        else:
+            os.environ["VLLM_PLUGINS"] = saved
+    reading = envs.parse_vllm_plugins(value)
+    assert reading.value == expected
+    assert policy.plugin_allowed(reading.value) is (policy.PLUGIN_NAME in expected)
+    assert (reading.problem is None) is (policy.PLUGIN_NAME in expected)

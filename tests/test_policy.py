@@ -1,18 +1,16 @@
-"""Every branch of the activation policy, decided from plain inputs."""
+"""Every branch of the activation policy, decided from plain inputs (no torch, no vLLM)."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from vllm_rocm_aiter_plugin import envs, policy, releases
 from vllm_rocm_aiter_plugin.envs import Switch
 from vllm_rocm_aiter_plugin.policy import decide_platform, decide_registration
 
-pytestmark = pytest.mark.cpu
+pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 
 
 def _shifted(version: str, minor: int, patch: int = 0) -> str:
@@ -94,9 +92,47 @@ def test_already_ours_is_a_quiet_no_op():
     assert decision.activate and decision.level == logging.DEBUG
 
 
-def test_unparsable_version_needs_force():
-    assert not decide_registration("weird", Switch.AUTO, STOCK, STOCK).activate
-    assert decide_registration("weird", Switch.FORCE, STOCK, STOCK).activate
+@pytest.mark.parametrize("version", ["dev", "weird", "x" * 100_000])
+def test_unparsable_version_needs_force_and_says_so(version):
+    """A source build reports ``dev``: the refusal names that version, short, and the way to take
+    the fix anyway."""
+    decision = decide_registration(version, Switch.AUTO, STOCK, STOCK)
+    assert not decision.activate and decision.level == logging.WARNING
+    assert "cannot be parsed" in decision.message
+    assert "VLLM_ROCM_AITER_PLUGIN=force to take the fix anyway" in decision.message
+    assert len(decision.message) < envs.SHOWN_LIMIT + 300
+    assert decide_registration(version, Switch.FORCE, STOCK, STOCK).activate
+
+
+PRE_RELEASE_SUFFIXES = ["rc1", "a2", "b1", ".dev3+g1234abc", "rc2.dev161+g5f9d11b.rocm700"]
+
+
+@pytest.mark.parametrize("suffix", PRE_RELEASE_SUFFIXES)
+@pytest.mark.parametrize("release", [OLDEST, releases.CI[0], NEWEST])
+def test_a_pre_release_counts_as_tested_only_with_a_verified_build(release, suffix):
+    """PEP 440 orders ``0.33.0rc1`` before 0.33.0: only a verified ``build()`` fingerprint makes
+    it count as its release; otherwise it is untested, with the WARNING of its place in the range
+    (below the oldest release: stock; inside or above: the fix, with a WARNING)."""
+    version = f"{release}{suffix}"
+    assert policy.is_pre_release(version)
+    verified = decide_registration(version, Switch.AUTO, STOCK, STOCK, build_verified=True)
+    assert verified.activate and verified.level == logging.INFO
+    assert policy.in_tested_range(version, build_verified=True)
+    assert not policy.in_tested_range(version, build_verified=False)
+    untested = decide_registration(version, Switch.AUTO, STOCK, STOCK, build_verified=False)
+    assert untested.level == logging.WARNING
+    if release == OLDEST:
+        assert not untested.activate and f"older than {OLDEST}" in untested.message
+    else:
+        assert untested.activate and "untested" in untested.message
+        assert "VLLM_ROCM_AITER_PLUGIN=force" in untested.message
+
+
+@pytest.mark.parametrize(
+    "version", [f"{NEWEST}+rocm700", f"{NEWEST}.post1", NEWEST, f"v{OLDEST}", "0.33"]
+)
+def test_releases_local_builds_and_post_releases_are_not_pre_releases(version):
+    assert not policy.is_pre_release(version)
 
 
 def test_platform_decisions():
@@ -107,51 +143,6 @@ def test_platform_decisions():
     assert (
         not other.activate and other.level == logging.WARNING and "neuron_plugin" in other.message
     )
-
-
-ALLOWLISTS = [
-    None,
-    "vllm_rocm_aiter_plugin",
-    "a,vllm_rocm_aiter_plugin",
-    "a, vllm_rocm_aiter_plugin",  # vLLM does not strip: " vllm_rocm_aiter_plugin" is not us
-    " vllm_rocm_aiter_plugin",
-    "a,b",
-    "",
-]
-
-
-@pytest.mark.parametrize("value", ALLOWLISTS)
-def test_vllm_plugins_parsed_as_the_installed_vllm_does(monkeypatch, value):
-    """The plugin's parser against vLLM's own (``vllm.envs``), value by value."""
-    import vllm.envs as vllm_envs
-
-    if value is None:
-        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    else:
-        monkeypatch.setenv("VLLM_PLUGINS", value)
-    expected = vllm_envs.environment_variables["VLLM_PLUGINS"]()
-    assert envs.parse_vllm_plugins(value).value == expected
-
-
-@given(value=st.lists(st.sampled_from([*"ab ,_\t", "vllm_rocm_aiter_plugin"])).map("".join))
-def test_vllm_plugins_parser_matches_vllm_on_any_string(value):
-    import os
-
-    import vllm.envs as vllm_envs
-
-    saved = os.environ.get("VLLM_PLUGINS")
-    os.environ["VLLM_PLUGINS"] = value
-    try:
-        expected = vllm_envs.environment_variables["VLLM_PLUGINS"]()
-    finally:
-        if saved is None:
-            del os.environ["VLLM_PLUGINS"]
-        else:
-            os.environ["VLLM_PLUGINS"] = saved
-    reading = envs.parse_vllm_plugins(value)
-    assert reading.value == expected
-    assert policy.plugin_allowed(reading.value) is (policy.PLUGIN_NAME in expected)
-    assert (reading.problem is None) is (policy.PLUGIN_NAME in expected)
 
 
 def test_tested_range():

@@ -419,3 +419,33 @@ def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
         assert plugin == stock
     else:
         assert plugin[0] == stock[0] and plugin[2] < stock[2]
+
+
+@needs_upper_bound_field
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step=v2_steps(max_requests=40), order=st.sampled_from(["v2", "v1"]))
+def test_non_causal_batches_get_stocks_regions_in_any_order(step: Step, order: str):
+    """vLLM 0.33 builds non-causal decoder batches (``causal=False``). The extend path runs
+    causally whatever the batch says, so moving a context-free row there would make it wrong
+    where stock's prefill kernel is right, and a row with context gains nothing: the plugin
+    gives stock's regions, in model-runner V2 order and in V1 order."""
+    import dataclasses
+
+    ordered = step.v2_ordered() if order == "v2" else step.v1_ordered()
+    batch = dataclasses.replace(step.batch(ordered), causal=False)
+    stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
+    assert plugin_split(batch, decode_threshold=step.threshold) == stock
+    own = split_module.split_batch(batch, step.threshold)
+    assert own.counts == stock
+
+
+def test_non_causal_control_the_causal_rule_differs_from_stock():
+    """Control: the same V2-order step, causal, is one where the plugin's regions differ from
+    stock's (a long row with context after a context-free one), so the test above can fail."""
+    import dataclasses
+
+    batch = samples.make_batch([1, 50, 800], [901, 50, 8992])
+    stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, 1))
+    assert plugin_split(batch, decode_threshold=1) != stock
+    non_causal = dataclasses.replace(batch, causal=False)
+    assert plugin_split(non_causal, decode_threshold=1) == stock

@@ -90,7 +90,6 @@ def test_rocm_workflow_steps_run_in_order(tmp_path):
         if step["name"].startswith("main job"):
             assert "fix ACTIVE" in proc.stdout
     assert ran == [s["name"] for s in _jobs("rocm.yml")["mi300"]["steps"] if "run" in s]
-    assert (work / "before.txt").read_text() == (work / "after.txt").read_text()
     assert len(glob.glob(str(work / "dist" / "*.whl"))) == 1  # the steps built and installed it
     report = json.loads((work / "doctor.json").read_text())
     active = environment.plugin_overrides_by_default()
@@ -100,6 +99,57 @@ def test_rocm_workflow_steps_run_in_order(tmp_path):
         assert report["exit_code"] == 0 and report["verdict"].startswith("fix ACTIVE")
     else:  # an old image: the policy leaves it stock, and the JSON says why
         assert report["problems"] == [report["policy"]["message"]]
+
+
+NEEDS_THE_IMAGES_VLLM = ("main job", "doctor", "all tiers")
+"""rocm.yml's steps that run vLLM (and torch): every other step needs only the image's Python."""
+
+
+def _python(version: str) -> str | None:
+    """An interpreter of Python ``version`` on this machine (pyenv's, else PATH's), or None."""
+    pyenv = os.path.expanduser(os.environ.get("PYENV_ROOT", "~/.pyenv"))
+    candidates = glob.glob(os.path.join(pyenv, "versions", f"{version}.*", "bin", "python3"))
+    for candidate in [*sorted(candidates), shutil.which(f"python{version}")]:
+        if candidate and subprocess.run(
+            [candidate, "-c", f"import sys; assert sys.version.startswith('{version}.')"],
+            capture_output=True, check=False,
+        ).returncode == 0:  # fmt: skip
+            return candidate
+    return None
+
+
+def test_rocm_workflow_steps_run_on_the_images_python_3_12(tmp_path):
+    """vLLM's ROCm images run Python 3.12. A fresh 3.12 venv stands in for the image's Python
+    (torch for 3.12 on the package index is a CUDA build these machines cannot import, so the
+    steps that run vLLM are not run here; on 3.11 the test above runs them): every other step,
+    the build, the install and the proof that only the plugin was added, runs on 3.12."""
+    python312 = _python("3.12")
+    if python312 is None:
+        pytest.skip("no Python 3.12 on this machine (pyenv or PATH)")
+    work, env = _copy(tmp_path)
+    image = tmp_path / "image-python"
+    subprocess.run([python312, "-m", "venv", str(image)], check=True)
+    wrapper = Path(env["PATH"].split(os.pathsep)[0]) / "python3"
+    wrapper.write_text(f'#!/bin/sh\nexec "{image}/bin/python" "$@"\n')
+    ran, left = [], []
+    for step in _jobs("rocm.yml")["mi300"]["steps"]:
+        if "run" not in step:
+            continue
+        if step["name"].startswith(NEEDS_THE_IMAGES_VLLM):
+            left.append(step["name"])
+            continue
+        proc = _bash(step["run"], work, env)
+        assert proc.returncode == 0, f"step {step['name']!r} failed:\n{proc.stdout}\n{proc.stderr}"
+        ran.append(step["name"])
+    assert (
+        "Python 3.12."
+        in _bash('python3 scripts/image_packages.py record "$RUNNER_TEMP/x.json"', work, env).stdout
+    )
+    assert len(ran) == 3 and len(left) == 3, (ran, left)
+    assert len(glob.glob(str(work / "dist" / "*.whl"))) == 1
+    installed = _bash("python3 -m pip list --format=freeze", work, env).stdout
+    assert "vllm-rocm-aiter-plugin==" in installed and "pytest==" not in installed
+    assert (Path(env["RUNNER_TEMP"]) / "test-tools" / "pytest").is_dir()
 
 
 def _version(work: Path) -> str:
@@ -119,12 +169,38 @@ def _prepare_release_commit(work: Path, version: str) -> None:
     )
 
 
+def _git(work: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=work, check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def _commit_on_main(work: Path) -> str:
+    """The copy as a checkout with history: one commit, which ``origin/main`` also names (what
+    ``actions/checkout`` with ``fetch-depth: 0`` gives); returns its SHA."""
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-q", "-m", "release commit")
+    sha = _git(work, "rev-parse", "HEAD")
+    _git(work, "update-ref", "refs/remotes/origin/main", sha)
+    return sha
+
+
+needs_the_release_python = pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11),
+    reason=f"the release workflow's steps run scripts/nox, which needs Python 3.11; this is "
+    f"Python {sys.version_info[0]}.{sys.version_info[1]} (a ROCm image's, say)",
+)
+
+
+@needs_the_release_python
 def test_release_workflow_steps_run_in_order_but_the_uploads(tmp_path):
     work, env = _copy(tmp_path)
     version = _version(work)
     _prepare_release_commit(work, version)
     env.update(GITHUB_REF_NAME=f"v{version}", GITHUB_REPOSITORY="owner/vllm-rocm-aiter-plugin",
-               CI="true")  # fmt: skip
+               CI="true", GITHUB_SHA=_commit_on_main(work))  # fmt: skip
     jobs = _jobs("release.yml")
     assert list(jobs) == ["build", "test", "package-index", "github-release"]
     ran, suite_steps = [], []
@@ -150,6 +226,7 @@ def test_release_workflow_steps_run_in_order_but_the_uploads(tmp_path):
     assert all(
         f"bash scripts/nox -s {s}" in (work / ".ci" / "run").read_text() for s in suite_steps
     )
+    assert "build: the tagged commit is on main" in ran
     (wheel,) = glob.glob(str(work / "dist" / "*.whl"))
     (sdist,) = glob.glob(str(work / "dist" / "*.tar.gz"))
     assert Path(wheel).name == f"vllm_rocm_aiter_plugin-{version}-py3-none-any.whl"
@@ -168,3 +245,38 @@ def test_the_release_stops_at_its_first_step_unless_tag_and_changelog_name_the_v
     _prepare_release_commit(work, version)
     wrong_tag = _bash(first, work, {**env, "GITHUB_REF_NAME": "v0.0.0-not-it"})
     assert wrong_tag.returncode == 1 and f"is not v{version}" in wrong_tag.stderr
+
+
+def test_a_tag_on_a_commit_off_main_stops_the_release(tmp_path):
+    work, env = _copy(tmp_path)
+    _commit_on_main(work)
+    _git(work, "checkout", "-q", "-b", "side")
+    _git(work, "commit", "-q", "--allow-empty", "-m", "not on main")
+    off_main = _git(work, "rev-parse", "HEAD")
+    (step,) = [s for s in _jobs("release.yml")["build"]["steps"] if "on main" in s.get("name", "")]
+    proc = _bash(step["run"], work, {**env, "GITHUB_SHA": off_main, "GITHUB_REF_NAME": "v9.9.9"})
+    assert proc.returncode == 1 and "is not on main" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "tag, pre", [("v1.2.0", False), ("v1.2.0rc1", True), ("v1.2.0.dev3", True), ("v1.2.0b2", True)]
+)
+def test_pre_release_tags_make_pre_releases(tmp_path, tag, pre):
+    """The upload step's own test of the tag (``gh`` replaced by a recorder on PATH)."""
+    work, env = _copy(tmp_path)
+    (step,) = [
+        s for s in _jobs("release.yml")["github-release"]["steps"] if UPLOAD in s.get("run", "")
+    ]
+    bin_dir = tmp_path / "gh-bin"
+    bin_dir.mkdir()
+    gh = bin_dir / "gh"
+    gh.write_text('#!/bin/sh\n[ "$2" = view ] && exit 1\necho "$@" >> "$GH_LOG"\n')
+    gh.chmod(0o755)
+    log = tmp_path / "gh.log"
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "GH_LOG": str(log),
+           "GITHUB_REF_NAME": tag, "GITHUB_REPOSITORY": "o/r"}  # fmt: skip
+    proc = _bash(step["run"], work, env)
+    assert proc.returncode == 0, proc.stderr
+    (call,) = log.read_text().splitlines()
+    assert call.startswith(f"release create {tag} ")
+    assert ("--prerelease" in call.split()) is pre

@@ -47,8 +47,25 @@ def register() -> None:
             )
 
 
-def _register() -> None:
+def vllm_version_for_policy() -> tuple[str, bool]:
+    """What the activation policy decides on: ``vllm.__version__`` as the running vLLM reports it
+    (not its package metadata: a source build may differ), and, for a pre-release or dev build
+    only, whether its ``build()`` source is one the plugin verified (importing the builder costs
+    an import of vLLM's ROCM_AITER_FA module, paid only there). The doctor uses the same."""
     from vllm import __version__ as vllm_version
+
+    verified = False
+    if policy.is_pre_release(vllm_version):
+        try:
+            from vllm_rocm_aiter_plugin.builder import verified_release
+
+            verified = verified_release() is not None
+        except Exception:  # the builder cannot load here: not verified, so untested
+            verified = False
+    return vllm_version, verified
+
+
+def _register() -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     for name in (envs.SWITCH, envs.FAST_BUILD):  # what the plugin cannot act on as asked
@@ -57,7 +74,10 @@ def _register() -> None:
             _log(logging.WARNING, "%s", problem)
     switch = envs.read(envs.SWITCH).value
     backend = AttentionBackendEnum.ROCM_AITER_FA
-    decision = policy.decide_registration(vllm_version, switch, backend.get_path(), backend.value)
+    vllm_version, build_verified = vllm_version_for_policy()
+    decision = policy.decide_registration(
+        vllm_version, switch, backend.get_path(), backend.value, build_verified
+    )
     if decision.activate and backend.get_path() != policy.BACKEND_QUALNAME:
         register_backend(backend, policy.BACKEND_QUALNAME)
     _log(decision.level, "%s", decision.message)

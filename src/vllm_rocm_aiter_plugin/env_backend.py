@@ -1,8 +1,10 @@
 """``VLLM_ATTENTION_BACKEND`` for vLLM releases that no longer read it (0.18 onwards).
 
 ROCm launch scripts and CI configs still set ``VLLM_ATTENTION_BACKEND``; vLLM 0.18-0.33 silently
-ignore it. When the plugin's platform is active this maps the variable onto
-``VllmConfig.attention_config.backend``, as ``--attention-backend`` would. It never stops a start
+ignore it. When the plugin's platform is active the variable names the backend that vLLM's
+backend selection (``get_attn_backend_cls``) tries where vLLM itself passes none, and reaches
+nothing else: no ``VllmConfig`` field is written, so model code, config hooks and usage stats that
+read ``attention_config.backend`` see what they see without the plugin. It never stops a start
 that works without the plugin: a legacy name maps to the V1 backend it meant where ROCm has one,
 any other unknown name gives one WARNING naming the valid ones and leaves automatic selection, and
 a backend the ROCm platform cannot run (:func:`why_rocm_cannot_run`), or one vLLM then rejects for
@@ -14,19 +16,17 @@ Plain functions, tested on CPU; the platform class only calls them. Why: ``docs/
 from __future__ import annotations
 
 import inspect
+import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vllm.logger import init_logger
 
 from vllm_rocm_aiter_plugin.envs import ATTENTION_BACKEND as ENV_VAR
-from vllm_rocm_aiter_plugin.envs import Reading, parse_attention_backend
+from vllm_rocm_aiter_plugin.envs import Reading, parse_attention_backend, shown
 from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
-
-if TYPE_CHECKING:
-    from vllm.config import VllmConfig
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
 LEGACY_NAMES: dict[str, str | None] = {
     # V0 and early-V1 names -> the V1 backend they meant on ROCm (None: no ROCm equivalent)
@@ -54,8 +54,8 @@ def resolve(raw: str | None) -> Reading:
     if name in AttentionBackendEnum.__members__:
         return Reading(
             AttentionBackendEnum[name],
-            f"selects {name} when the plugin's platform is active (a ROCm GPU); vLLM itself "
-            "ignores the variable",
+            f"selects {name} where vLLM selects automatically, when the plugin's platform is "
+            "active (a ROCm GPU); vLLM itself ignores the variable",
         )
     if name in LEGACY_NAMES:
         target = LEGACY_NAMES[name]
@@ -67,13 +67,13 @@ def resolve(raw: str | None) -> Reading:
         return Reading(
             None,
             "legacy name with no ROCm backend: automatic selection",
-            f"{ENV_VAR}={raw!r} names a backend vLLM no longer has on ROCm; automatic selection "
+            f"{ENV_VAR}={shown(raw)} names a backend vLLM no longer has on ROCm; automatic selection "
             f"applies. Valid names: {_valid_names()} (or auto).",
         )
     return Reading(
         None,
         "unknown name: automatic selection",
-        f"{ENV_VAR}={raw!r} is not an attention backend this vLLM knows; automatic selection "
+        f"{ENV_VAR}={shown(raw)} is not an attention backend this vLLM knows; automatic selection "
         f"applies. Valid names: {_valid_names()} (or auto).",
     )
 
@@ -84,77 +84,91 @@ def _valid_names() -> str:
     return ", ".join(AttentionBackendEnum.__members__)
 
 
-def apply_env_attention_backend(
-    vllm_config: VllmConfig, environ: Mapping[str, str] | None = None
-) -> AttentionBackendEnum | None:
-    """Select ``VLLM_ATTENTION_BACKEND`` on ``vllm_config`` unless ``--attention-backend`` was given.
+_said: set[str] = set()
+_said_lock = threading.Lock()
 
-    Returns the backend the variable selected (None: it selected nothing). Never raises for the
-    variable's value: a name it cannot honour gives one WARNING. When both are set and disagree,
-    the command-line value wins and a WARNING says so.
-    """
-    environ = os.environ if environ is None else environ
-    raw = environ.get(ENV_VAR)
-    if raw is None:
-        return None
-    reading = resolve(raw)
-    if reading.problem:
-        logger.warning("%s", reading.problem)
-    requested = reading.value
-    attention_config = vllm_config.attention_config
-    configured = attention_config.backend
-    if requested is None or configured == requested:
-        return None
-    if configured is not None:
-        logger.warning(
-            "%s=%s is ignored: --attention-backend %s was also given and wins. Unset one of them.",
-            ENV_VAR,
-            raw,
-            configured.name,
-        )
-        return None
-    attention_config.backend = requested
-    logger.info("Attention backend %s selected by %s=%s.", requested.name, ENV_VAR, raw)
-    return requested
+
+def _once(level: int, message: str, *args: object) -> None:
+    """Log a selection line once per process (vLLM selects once per kind of attention layer)."""
+    text = message % args
+    with _said_lock:
+        if text in _said:
+            return
+        _said.add(text)
+    logger.log(level, "%s", text)
 
 
 def select_attention_backend(
     select: Callable[..., str],
     selected_backend: Any,
-    env_selected: Any,
     *args: Any,
     why_not_here: Callable[[Any], str | None] | None = None,
+    environ: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> str:
-    """``select(selected_backend, *args, **kwargs)`` (vLLM's ``get_attn_backend_cls``). When the
-    backend came from ``VLLM_ATTENTION_BACKEND``, two checks come first and either gives a
-    WARNING and automatic selection: ``why_not_here(backend)`` says why the platform cannot run
-    it (None: it can), and vLLM rejecting it for this model (ValueError). Without the plugin the
-    variable would have been ignored and vLLM would have started."""
-    from_env = env_selected is not None and selected_backend is env_selected
-    if from_env and why_not_here is not None:
-        reason = why_not_here(env_selected)
-        if reason:
-            logger.warning(
-                "%s=%s cannot run here (%s); automatic selection applies. Unset it, or name a "
-                "backend this platform runs.",
-                ENV_VAR,
-                env_selected.name,
-                reason,
-            )
-            return select(None, *args, **kwargs)
-    try:
+    """``select(selected_backend, *args, **kwargs)`` (vLLM's ``get_attn_backend_cls``), trying
+    ``VLLM_ATTENTION_BACKEND``'s backend where vLLM passes none.
+
+    The variable reaches this call and nothing else: no field of ``VllmConfig`` is written, so
+    every other reader of ``attention_config.backend`` sees what it sees without the plugin.
+    Where vLLM passes a backend (``--attention-backend``, or one vLLM chose for the model) that
+    backend is selected exactly as stock selects it, vLLM's errors included, and a variable that
+    names another gives one WARNING. The variable's own backend falls back to automatic selection,
+    with a WARNING, where ``why_not_here(backend)`` says the platform cannot run it or vLLM
+    rejects it for this model (ValueError): stock would have ignored the variable and started.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get(ENV_VAR)
+    if raw is None:
         return select(selected_backend, *args, **kwargs)
+    reading = resolve(raw)
+    if reading.problem:
+        _once(logging.WARNING, "%s", reading.problem)
+    requested = reading.value
+    if requested is None:
+        return select(selected_backend, *args, **kwargs)
+    if selected_backend is not None:
+        if selected_backend != requested:
+            _once(
+                logging.WARNING,
+                "%s=%s is ignored for this selection: vLLM already selects %s (from "
+                "--attention-backend, or vLLM's own choice for this model), which wins.",
+                ENV_VAR,
+                requested.name,
+                selected_backend.name,
+            )
+        return select(selected_backend, *args, **kwargs)
+    reason = why_not_here(requested) if why_not_here is not None else None
+    if reason:
+        _once(
+            logging.WARNING,
+            "%s=%s cannot run here (%s); automatic selection applies. Unset it, or name a "
+            "backend this platform runs.",
+            ENV_VAR,
+            requested.name,
+            reason,
+        )
+        return select(None, *args, **kwargs)
+    try:
+        path = select(requested, *args, **kwargs)
     except ValueError as exc:
-        if not from_env:
-            raise
-        logger.warning(
+        _once(
+            logging.WARNING,
             "%s=%s is not valid for this model on this GPU (%s); automatic selection applies.",
             ENV_VAR,
-            env_selected.name,
+            requested.name,
             exc,
         )
         return select(None, *args, **kwargs)
+    _once(
+        logging.INFO,
+        "Attention backend %s selected by %s=%s (vLLM's next line says --attention-backend; "
+        "no config field is changed).",
+        requested.name,
+        ENV_VAR,
+        shown(raw),
+    )
+    return path
 
 
 def why_rocm_cannot_run(

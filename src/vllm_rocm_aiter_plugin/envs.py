@@ -47,6 +47,24 @@ class Reading:
     problem: str | None = None
 
 
+SHOWN_LIMIT = 200
+"""The most characters of a variable's value that a log line or the doctor shows."""
+
+
+def cut(text: str, limit: int = SHOWN_LIMIT) -> str:
+    """``text``, cut to ``limit`` characters with a note of its length (a value may be any
+    length; a log line should not)."""
+    if len(text) <= limit:
+        return text
+    note = f"... ({len(text)} characters)"
+    return text[: limit - len(note)] + note
+
+
+def shown(raw: str) -> str:
+    """``repr(raw)`` for a log line, cut to ``SHOWN_LIMIT`` characters."""
+    return cut(repr(raw))
+
+
 def _words(raw: str) -> str:
     return raw.strip().lower()
 
@@ -66,7 +84,7 @@ def parse_switch(raw: str | None) -> Reading:
     return Reading(
         Switch.AUTO,
         "not understood: treated as unset",
-        f"{SWITCH}={raw!r} is not understood; using auto. Use 0 to disable, force to override "
+        f"{SWITCH}={shown(raw)} is not understood; using auto. Use 0 to disable, force to override "
         "the policy, or leave it unset.",
     )
 
@@ -92,7 +110,7 @@ def parse_fast_build(raw: str | None) -> Reading:
     return Reading(
         "on",
         "not understood: treated as unset",
-        f"{FAST_BUILD}={raw!r} is not understood; using on. Use 0 to run vLLM's own metadata build "
+        f"{FAST_BUILD}={shown(raw)} is not understood; using on. Use 0 to run vLLM's own metadata build "
         "code, or leave it unset.",
     )
 
@@ -108,7 +126,7 @@ def parse_vllm_plugins(raw: str | None) -> Reading:
     return Reading(
         names,
         "vLLM does not load the plugin",
-        f"{VLLM_PLUGINS}={raw!r} excludes the plugin (vLLM splits it at commas without stripping "
+        f"{VLLM_PLUGINS}={shown(raw)} excludes the plugin (vLLM splits it at commas without stripping "
         f"blanks): add {PLUGIN_NAME} to it, or unset {VLLM_PLUGINS}",
     )
 
@@ -150,7 +168,9 @@ def parse_attention_backend(raw: str | None) -> Reading:
     if name.lower() in ("", "auto"):
         return Reading(None, "auto: automatic selection")
     return Reading(
-        name, f"names {name}: selected when the plugin's platform is active (a ROCm GPU)"
+        name,
+        f"names {cut(name)}: tried where vLLM selects automatically, when the plugin's "
+        "platform is active (a ROCm GPU)",
     )
 
 
@@ -194,8 +214,9 @@ VARIABLES: tuple[Variable, ...] = (
              "sized as vLLM sizes them). `force`: the plugin's faster build even on a vLLM release "
              "it was not checked against (release checks only)", parse_fast_build),
     Variable(ATTENTION_BACKEND, "plugin", "a backend name, `auto`",
-             "with a ROCm GPU: the attention backend to select, as --attention-backend would "
-             "(vLLM itself ignores the variable)", parse_attention_backend),
+             "with a ROCm GPU: the backend vLLM's attention selection tries where neither "
+             "--attention-backend nor vLLM's own choice for the model names one. It changes no "
+             "config field (vLLM itself ignores the variable)", parse_attention_backend),
     Variable(VLLM_PLUGINS, "vLLM", "unset, or a comma list",
              "which plugins vLLM loads: must list vllm_rocm_aiter_plugin if set. vLLM does not "
              "strip blanks, so `a, vllm_rocm_aiter_plugin` excludes it", parse_vllm_plugins),

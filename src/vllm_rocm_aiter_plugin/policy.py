@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.envs import PLUGIN_NAME as PLUGIN_NAME
 from vllm_rocm_aiter_plugin.envs import SWITCH as SWITCH_ENV
-from vllm_rocm_aiter_plugin.envs import Switch
+from vllm_rocm_aiter_plugin.envs import Switch, cut
 
 
 def parse_version_strict(version: str) -> tuple[int, int, int]:
@@ -44,13 +44,29 @@ def parse_version(version: str) -> tuple[int, int, int] | None:
     return int(major), int(minor), int(patch or 0)
 
 
+_PRE_RELEASE = re.compile(r"[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)[-_.]?\d*", re.IGNORECASE)
+
+
+def is_pre_release(version: str) -> bool:
+    """Whether ``version`` is a pre-release or dev build (``0.33.0rc1``, ``0.20.0.dev3+g1234``),
+    which PEP 440 orders before the release its numbers name. A local suffix (``+rocm700``) and
+    a post-release (``.post1``) are not."""
+    match = re.match(r"^\s*v?\d+\.\d+(?:\.\d+)?((?:\.\d+)*)([^+]*)", version)
+    return match is not None and _PRE_RELEASE.match(match.group(2).strip()) is not None
+
+
 def format_version(version: tuple[int, int, int]) -> str:
     return ".".join(map(str, version))
 
 
-def in_tested_range(vllm_version: str) -> bool:
+def in_tested_range(vllm_version: str, build_verified: bool = False) -> bool:
+    """Whether the plugin was tested on this vLLM: a release inside the tested range, or a
+    pre-release or dev build of one whose ``build()`` source the plugin verified
+    (``build_verified``)."""
     parsed = parse_version(vllm_version)
-    return parsed is not None and MIN_SUPPORTED_VLLM <= parsed <= NEWEST_TESTED_VLLM
+    if parsed is None or (is_pre_release(vllm_version) and not build_verified):
+        return False
+    return MIN_SUPPORTED_VLLM <= parsed <= NEWEST_TESTED_VLLM
 
 
 def plugin_allowed(allowlist: list[str] | None, name: str = PLUGIN_NAME) -> bool:
@@ -68,12 +84,19 @@ class Decision:
 
 
 def decide_registration(
-    vllm_version: str, switch: Switch, current_backend_path: str, stock_backend_path: str
+    vllm_version: str,
+    switch: Switch,
+    current_backend_path: str,
+    stock_backend_path: str,
+    build_verified: bool = False,
 ) -> Decision:
     """Whether the general plugin overrides ``ROCM_AITER_FA``.
 
     ``current_backend_path`` is what the registry resolves ROCM_AITER_FA to now;
-    ``stock_backend_path`` is vLLM's own class path for it.
+    ``stock_backend_path`` is vLLM's own class path for it; ``build_verified`` whether the
+    installed ``build()`` source is one the plugin verified (it decides only for a pre-release
+    or dev build, which counts as its release only then, and else as untested: PEP 440 orders it
+    before its release).
     """
     if switch is Switch.OFF:
         return Decision(
@@ -94,10 +117,13 @@ def decide_registration(
         return _unless_forced(
             forced,
             f"vLLM version {vllm_version!r} is unparsable",
-            f"cannot parse the vLLM version {vllm_version!r}; not overriding ROCM_AITER_FA. "
-            f"Set {SWITCH_ENV}=force to override anyway.",
+            f"vLLM reports its version as {cut(repr(vllm_version))}, which cannot be parsed (a "
+            f"source or dev build?), so the plugin leaves ROCM_AITER_FA stock. Set "
+            f"{SWITCH_ENV}=force to take the fix anyway, then run `vllm-rocm-aiter-plugin "
+            f"doctor`, which checks the builder on this vLLM.",
         )
-    if parsed < MIN_SUPPORTED_VLLM:
+    untested_pre_release = is_pre_release(vllm_version) and not build_verified
+    if parsed < MIN_SUPPORTED_VLLM or (untested_pre_release and parsed <= MIN_SUPPORTED_VLLM):
         return _unless_forced(
             forced,
             f"vLLM {vllm_version} is below {_min()}",
@@ -109,6 +135,16 @@ def decide_registration(
     replaced = (
         "" if current_backend_path == stock_backend_path else f" (replacing {current_backend_path})"
     )
+    if untested_pre_release and parsed <= NEWEST_TESTED_VLLM and not forced:
+        return Decision(
+            True,
+            logging.WARNING,
+            f"vLLM {vllm_version} is a pre-release or dev build of {format_version(parsed)} "
+            f"whose build() the plugin has not verified, so it is untested; overriding "
+            f"ROCM_AITER_FA anyway{replaced}, with vLLM's own build() code and the plugin's "
+            f"split. Set {SWITCH_ENV}=force to silence this warning, or {SWITCH_ENV}=0 to "
+            f"disable.",
+        )
     if parsed > NEWEST_TESTED_VLLM and not forced:
         return Decision(
             True,

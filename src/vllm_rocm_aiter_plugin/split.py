@@ -9,6 +9,8 @@ Regions, for a batch in any order vLLM's model runners produce:
 - prefills: from the first long row without context that comes after every row with context;
 - extends: the rows in between.
 On a batch in V1 order (``reorder_batch_to_split_decodes_and_prefills``) these are stock's regions.
+On a non-causal batch (``CommonAttentionMetadata.causal`` False) the regions are stock's in any
+order: prefills from the first long row without context.
 In model-runner V2 order (sorted by query length) a short new prompt can come before a long row
 with context; stock then puts that row in the prefill region, whose kernel attends only to the new
 tokens. Here no row with context is ever in the prefill region, and a non-empty extend region
@@ -139,11 +141,16 @@ def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
     from_end = (context_lens > _scalar(0, context_lens.dtype))[::-1]
     last = int(from_end.argmax())
     last_context = num_reqs - 1 - last if from_end.item(last) else -1
-    start = max(first_long, last_context + 1)
+    if getattr(cam, "causal", True):
+        start, prefill_row = max(first_long, last_context + 1), is_long
+    else:
+        # A non-causal batch (0.33): the extend path runs causally whatever the batch says, so no
+        # row is better served there; stock's regions (the first long row without context).
+        start, prefill_row = first_long, is_long & (context_lens == _scalar(0, context_lens.dtype))
     first_prefill = num_reqs
     if start < num_reqs:
-        offset = int(is_long[start:].argmax())
-        if is_long.item(start + offset):
+        offset = int(prefill_row[start:].argmax())
+        if prefill_row.item(start + offset):
             first_prefill = start + offset
     decode_tokens = qsl.item(first_long)
     if first_prefill == num_reqs:  # no prefill: padding tokens go to the extends

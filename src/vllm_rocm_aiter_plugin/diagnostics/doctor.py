@@ -65,6 +65,7 @@ class VariableReport:
     value: str | None
     meaning: str
     problem: str | None
+    note: str | None = None
 
 
 @dataclass
@@ -140,18 +141,18 @@ class DoctorReport:
 
 def check_versions() -> Versions:
     import torch
-    import vllm
 
-    from vllm_rocm_aiter_plugin import __version__
+    from vllm_rocm_aiter_plugin import __version__, vllm_version_for_policy
 
+    vllm_version, build_verified = vllm_version_for_policy()
     return Versions(
         plugin=__version__,
-        vllm=vllm.__version__,
+        vllm=vllm_version,
         vllm_tested_range=[
             policy.format_version(policy.MIN_SUPPORTED_VLLM),
             policy.format_version(policy.NEWEST_TESTED_VLLM),
         ],
-        vllm_in_tested_range=policy.in_tested_range(vllm.__version__),
+        vllm_in_tested_range=policy.in_tested_range(vllm_version, build_verified),
         torch=torch.__version__,
         torch_hip=getattr(torch.version, "hip", None),
         torch_cuda=getattr(torch.version, "cuda", None),
@@ -181,12 +182,42 @@ def check_variables() -> list[VariableReport]:
     reports = []
     for variable in envs.VARIABLES:
         raw = os.environ.get(variable.name)
-        # envs reads VLLM_ATTENTION_BACKEND without vLLM; what the name selects needs vLLM's list
-        reading = resolve(raw) if variable.name == envs.ATTENTION_BACKEND else variable.parse(raw)
+        shown = None if raw is None else envs.cut(raw)
+        if variable.name == envs.ATTENTION_BACKEND:
+            reports.append(_attention_backend_report(variable, raw, resolve(raw)))
+            continue
+        reading = variable.parse(raw)
         reports.append(
-            VariableReport(variable.name, variable.owner, raw, reading.meaning, reading.problem)
+            VariableReport(variable.name, variable.owner, shown, reading.meaning, reading.problem)
         )
     return reports
+
+
+def _attention_backend_report(
+    variable: envs.Variable, raw: str | None, reading: envs.Reading
+) -> VariableReport:
+    """``VLLM_ATTENTION_BACKEND``: which backend the name selects needs vLLM's list (``envs``
+    reads it without vLLM); whether ROCm runs it, vLLM's ROCm candidates (:mod:`.rocm_backends`)."""
+    from vllm_rocm_aiter_plugin.diagnostics.rocm_backends import read_rocm_backends
+
+    shown = None if raw is None else envs.cut(raw)
+    report = VariableReport(variable.name, variable.owner, shown, reading.meaning, reading.problem)
+    if reading.value is None:
+        return report
+    name = reading.value.name
+    try:
+        problem, note = read_rocm_backends().verdict(name)
+    except (LookupError, OSError, SyntaxError) as exc:
+        report.note = (
+            f"{variable.name}={name}: whether vLLM's ROCm platform runs it could not be read off "
+            f"this vLLM ({exc}); the plugin's platform checks it when vLLM starts on ROCm"
+        )
+        return report
+    if problem:
+        report.problem = problem
+        report.meaning = f"names {name}, which vLLM's ROCm platform cannot run: automatic selection"
+    report.note = note
+    return report
 
 
 def check_split() -> Split:
@@ -309,15 +340,17 @@ def forward_report(report: dict[str, Any]) -> Forward:
 
 def check_policy(resolution: Resolution | None) -> Policy:
     """The activation policy's decision for this vLLM and switch, as the general plugin takes it
-    in a vLLM process (given the override the fresh process found, if another package's)."""
-    from importlib.metadata import version
-
+    in a vLLM process, from the same version (``vllm.__version__``) and the override the fresh
+    process found, if another package's."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from vllm_rocm_aiter_plugin import vllm_version_for_policy
 
     stock = AttentionBackendEnum.ROCM_AITER_FA.value
     other = resolution.overridden_by_other if resolution is not None else None
+    vllm_version, build_verified = vllm_version_for_policy()
     decision = policy.decide_registration(
-        version("vllm"), envs.read(envs.SWITCH).value, other or stock, stock
+        vllm_version, envs.read(envs.SWITCH).value, other or stock, stock, build_verified
     )
     return Policy(decision.activate, logging.getLevelName(decision.level), decision.message)
 
@@ -446,7 +479,7 @@ def _problems(report: DoctorReport) -> list[str]:
 def _notes(report: DoctorReport) -> list[str]:
     """What this machine cannot do, and what the checks above already settle (informational: the
     exit code does not change)."""
-    notes = []
+    notes = [v.note for v in report.variables if v.note]
     decision = report.policy
     if decision is not None and decision.level == "WARNING" and decision.overrides_rocm_aiter_fa:
         # newer than tested (or forced): the checks above ran the plugin on this very vLLM

@@ -130,6 +130,41 @@ class ChildResult:
     output: str  # stdout and stderr
 
 
+def load_scaled(seconds: float) -> float:
+    """``seconds`` for an idle machine, stretched by how far the load average exceeds the cores
+    (the doctor's children import vLLM: minutes of CPU on a loaded machine)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        return seconds
+    return seconds * max(1.0, load / (os.cpu_count() or 1))
+
+
+def _load_words() -> str:
+    try:
+        return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    except OSError:
+        return "load unknown"
+
+
+def run_process(
+    command: list[str], env: Mapping[str, str], cwd: str | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a child to its end, its output captured, within ``timeout`` seconds stretched by the
+    machine's load (:func:`load_scaled`); raises ``TimeoutError`` saying a rerun may pass."""
+    scaled = load_scaled(timeout)
+    try:
+        return subprocess.run(
+            command, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=scaled,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(
+            f"a fresh Python process did not finish within {scaled:.0f} s ({_load_words()}); "
+            "on a busy machine a rerun may pass"
+        ) from exc
+
+
 def run_python(
     code: str,
     env_overrides: Mapping[str, str | None] | None = None,
@@ -149,14 +184,8 @@ def run_python(
     header = (
         f"import json\ndef report(obj):\n    print({RESULT_MARK!r} + json.dumps(obj), flush=True)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", header + prelude + code],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
+    proc = run_process(
+        [sys.executable, "-c", header + prelude + code], env=env, cwd=cwd, timeout=timeout
     )
     result = None
     for line in proc.stdout.splitlines():

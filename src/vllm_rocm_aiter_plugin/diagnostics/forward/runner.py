@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     dense_reference,
     lay_out,
 )
+from vllm_rocm_aiter_plugin.diagnostics.probe import run_process
 
 DEFAULT_GATHER_BUDGET = 2048
 """Gather calls up to this many tokens run vLLM's Triton kernel (about 2 ms per token and head in
@@ -439,10 +439,7 @@ def run_in_child(
     interpreter = harness.INTERPRETER_ENV if device == "cpu" else {}
     env = {**os.environ, **interpreter, **(extra_env or {})}
     try:
-        proc = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        proc = run_process(command, env=env, cwd=None, timeout=timeout)
     finally:
         os.unlink(spec.name)
     for line in proc.stdout.splitlines():
