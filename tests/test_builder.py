@@ -334,3 +334,41 @@ def test_fallback_build_is_stock_code_and_vllm_is_untouched():
     )
     assert AiterFlashAttentionBackend.get_builder_cls() is AiterFlashAttentionMetadataBuilder
     assert AiterFlashAttentionBackend.get_impl_cls() is rocm_aiter_fa.AiterFlashAttentionImpl
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("capture", [True, False], ids=["capture", "build"])
+@pytest.mark.parametrize("threshold, window", [(1, None), (1, 64), (4, None), (4, 64)])
+def test_decode_metadata_is_the_persistent_tensors_vllm_passes(
+    builder_pairs, threshold, window, capture
+):
+    """A CUDA graph replays its kernels on the tensors it captured, so decode metadata must be
+    vLLM's persistent input tensors, and the sliding-window decode tables (0.33) views of the
+    builder's own buffers, written in place: for ``build_for_cudagraph_capture`` and for every
+    ordinary build. Stock's builder is held to the same (the control)."""
+    for builder in builder_pairs[threshold, window]:
+        tables = []
+        for seq_lens in ([40, 50, 60, 70], [90, 20, 33, 41]):
+            batch = samples.make_batch([threshold] * 4, seq_lens)
+            if capture:
+                meta = builder.build_for_cudagraph_capture(batch)
+            else:
+                meta = builder.build(common_prefix_len=0, common_attn_metadata=batch)
+            assert meta.num_decodes == 4, type(builder).__name__
+            assert meta.seq_lens is batch.seq_lens
+            assert meta.block_table is batch.block_table_tensor
+            assert meta.query_start_loc is batch.query_start_loc
+            assert meta.slot_mapping is batch.slot_mapping
+            decode = meta.decode_metadata
+            swa_table = getattr(decode, "swa_block_table", None)
+            if swa_table is not None:
+                assert _same_storage(swa_table, builder._swa_block_table)
+                assert _same_storage(decode.swa_seq_lens, builder._swa_seq_lens)
+                tables.append(swa_table)
+        has_tables = hasattr(builder, "_build_swa_decode_tables") and window and threshold == 1
+        assert len(tables) == (2 if has_tables else 0), (type(builder).__name__, len(tables))
+        if tables:  # the second build wrote into the first one's buffer
+            assert _same_storage(tables[0], tables[1])

@@ -48,7 +48,7 @@ def resolve(raw: str | None) -> Reading:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     named = parse_attention_backend(raw)
-    if named.value is None:  # unset or auto
+    if raw is None or named.value is None:  # unset or auto
         return named
     name = named.value
     if name in AttentionBackendEnum.__members__:
