@@ -126,6 +126,7 @@ UNIFIED_ATTENTION_CASES = (
     "eagle-verify-padded-bf16",
     "eagle-verify-sliding-window",
     "eagle-mixed-v2",
+    "eagle-mixed-v2-head128-block32-mha",
     "v1-eagle-short-prompt-multi-chunk",
 )
 """Cases whose decode rows take ``unified_attention`` on every release: EAGLE verification (query

@@ -334,6 +334,38 @@ CASES: tuple[ForwardCase, ...] = (
         "v2",
         note="a new prompt in a two-chunk extend region, small enough for the doctor",
     ),
+    # Model-runner V2 order at the other head sizes, block sizes and GQA ratios ROCM_AITER_FA
+    # serves (64/128/256, 16/32; 1 to 8 query heads per KV head): a decode, a new prompt, then
+    # rows with context, EAGLE's verification among them where AITER's Triton kernel runs.
+    ForwardCase(
+        "v2-head128-block32-gqa4",
+        (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 1500, 60)),
+        "v2",
+        head_size=128,
+        num_heads=8,
+        num_kv_heads=2,
+        block_size=32,
+    ),
+    ForwardCase(
+        "v2-head256-block32-gqa8",
+        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 700, 40)),
+        "v2",
+        head_size=256,
+        num_heads=8,
+        num_kv_heads=1,
+        block_size=32,
+    ),
+    ForwardCase(
+        "eagle-mixed-v2-head128-block32-mha",
+        EAGLE_MIXED[:2] + EAGLE_MIXED[3:6],
+        "v2",
+        spec_tokens=3,
+        head_size=128,
+        num_heads=2,
+        num_kv_heads=2,
+        block_size=32,
+        note="GQA ratio 1 (multi-head attention), EAGLE verification through unified_attention",
+    ),
     ForwardCase("sliding-window-v2", V2_EXAMPLE, "v2", sliding_window=256),
     ForwardCase("sliding-window-v1", V2_EXAMPLE, "v1", sliding_window=256),
 )
