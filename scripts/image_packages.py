@@ -14,8 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from check_installed import file_hashes  # noqa: E402 (the scripts folder, as the scripts run)
-
+from check_installed import file_hashes
 
 SHOWN = ("vllm", "torch", "aiter", "amd-aiter", "triton")
 """The distributions whose versions the record step prints, for the job's log."""
