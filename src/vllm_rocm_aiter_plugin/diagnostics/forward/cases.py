@@ -339,7 +339,7 @@ CASES: tuple[ForwardCase, ...] = (
     # rows with context, EAGLE's verification among them where AITER's Triton kernel runs.
     ForwardCase(
         "v2-head128-block32-gqa4",
-        (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 1500, 60)),
+        (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 400, 60)),
         "v2",
         head_size=128,
         num_heads=8,
@@ -348,7 +348,7 @@ CASES: tuple[ForwardCase, ...] = (
     ),
     ForwardCase(
         "v2-head256-block32-gqa8",
-        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 700, 40)),
+        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 300, 40)),
         "v2",
         head_size=256,
         num_heads=8,
@@ -357,7 +357,7 @@ CASES: tuple[ForwardCase, ...] = (
     ),
     ForwardCase(
         "eagle-mixed-v2-head128-block32-mha",
-        EAGLE_MIXED[:2] + EAGLE_MIXED[3:6],
+        (*EAGLE_MIXED[:2], *EAGLE_MIXED[3:5], chunk("prefix-hit", 500, 30)),
         "v2",
         spec_tokens=3,
         head_size=128,
