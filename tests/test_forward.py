@@ -17,19 +17,17 @@ import os
 
 import pytest
 
-from tests import environment, forward_checks, vllm_releases
+from tests import environment, forward_background, forward_checks, vllm_releases
 from tests.conftest import summary_lines
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess, pytest.mark.forward]
 
-CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2")
-
 
 @pytest.fixture(scope="module")
 def report(request: pytest.FixtureRequest) -> dict:
-    result = runner.run_in_child(scheduler_steps=True, control=CONTROL_CASES)
+    result = forward_background.report()  # started when collection ended (conftest)
     if "unavailable" in result:
         pytest.skip(result["unavailable"])
     used = result["unified_attention"]
