@@ -116,7 +116,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not only_tests_without_vllm(session.config):
         _assert_real_vllm()
-    if any(item.nodeid.startswith("tests/test_forward.py") for item in session.items):
+    collect_only = session.config.getoption("collectonly", False)
+    if not collect_only and any(
+        i.nodeid.startswith("tests/test_forward.py") for i in session.items
+    ):
         from tests import forward_background
 
         forward_background.start()  # the tier's child runs beside the other tests
