@@ -422,7 +422,7 @@ def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
 
 
 @needs_upper_bound_field
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(step=v2_steps(max_requests=40), order=st.sampled_from(["v2", "v1"]))
 def test_non_causal_batches_get_stocks_regions_in_any_order(step: Step, order: str):
     """vLLM 0.33 builds non-causal decoder batches (``causal=False``). The extend path runs

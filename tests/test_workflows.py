@@ -28,10 +28,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import environment
+from tests import environment, vllm_releases
 from tests.subprocess_util import REPO_ROOT
+from vllm_rocm_aiter_plugin import releases
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
+
+once_per_ci_run = pytest.mark.skipif(
+    vllm_releases.release() in releases.CI[:-1],
+    reason=f"the workflows' steps do not depend on the vLLM release: .ci/run runs them once, on "
+    f"vLLM {releases.CI[-1]} (this is {vllm_releases.release()})",
+)
 
 WORKFLOWS = Path(REPO_ROOT) / ".github" / "workflows"
 SUITE_SESSIONS = re.compile(r"bash scripts/nox -s (tests|installed)\b")
@@ -70,6 +77,7 @@ def _bash(command: str, work: Path, env: dict[str, str]) -> subprocess.Completed
     )  # fmt: skip
 
 
+@once_per_ci_run
 def test_rocm_workflow_steps_run_in_order(tmp_path):
     work, env = _copy(tmp_path)
     env["VLLM_ROCM_USE_AITER"] = "1"
@@ -118,6 +126,7 @@ def _python(version: str) -> str | None:
     return None
 
 
+@once_per_ci_run
 def test_rocm_workflow_steps_run_on_the_images_python_3_12(tmp_path):
     """vLLM's ROCm images run Python 3.12. A fresh 3.12 venv stands in for the image's Python
     (torch for 3.12 on the package index is a CUDA build these machines cannot import, so the
@@ -194,6 +203,7 @@ needs_the_release_python = pytest.mark.skipif(
 )
 
 
+@once_per_ci_run
 @needs_the_release_python
 def test_release_workflow_steps_run_in_order_but_the_uploads(tmp_path):
     work, env = _copy(tmp_path)
