@@ -349,7 +349,12 @@ def demo(session: nox.Session) -> None:
 def tests(session: nox.Session, vllm: str) -> None:
     """The CPU suite. A run with pytest arguments (a partial run) records its JUnit report as
     ``build/junit-vllm-VERSION-partial.xml``, so that the last full run's record stays."""
-    install_stack(session, vllm)
+    # On the newest release the suite's environment is the type check's too (CI builds one stack
+    # environment fewer): mypy runs there first, as the typecheck session runs it
+    newest = vllm == releases.NEWEST
+    install_stack(session, vllm, *(["requirements/typecheck.txt"] if newest else []))
+    if newest:
+        session.run("mypy", "-p", "vllm_rocm_aiter_plugin")
     junit = os.path.join(session.create_tmp(), f"junit-vllm-{vllm}.xml")
     os.makedirs("build", exist_ok=True)
     record = f"build/junit-vllm-{vllm}{'-partial' if session.posargs else ''}.xml"
