@@ -131,9 +131,10 @@ def _removed_after_under_ci(func: Callable[..., None]) -> Callable[..., None]:
         try:
             func(session, **params)
         finally:
-            if CI and session.virtualenv.location:
-                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
-                session.log(f"CI: removed {session.virtualenv.location}")
+            location = getattr(session.virtualenv, "location", None)  # none: venv_backend="none"
+            if CI and location:
+                shutil.rmtree(location, ignore_errors=True)
+                session.log(f"CI: removed {location}")
 
     return session_then_remove
 
@@ -291,10 +292,11 @@ def _without_vllm(session: nox.Session, python: str, tree: str, wheel: str) -> N
                     "noxfile.py", external=True, silent=True)  # fmt: skip
         session.run(bin_python, "-m", "pytest", "-m", "novllm", "-q", "-p", "no:cacheprovider",
                     external=True)  # fmt: skip
+    if CI:  # one at a time on disk, as the sessions' own environments
+        shutil.rmtree(venv, ignore_errors=True)
 
 
 @nox.session(venv_backend="none")
-@_removed_after_under_ci
 def pythons(session: nox.Session) -> None:
     """On each Python the metadata claims that this machine has: the tree byte-compiles and the
     tests that need neither torch nor vLLM pass against the plugin's wheel. Says which it ran."""
