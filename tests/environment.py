@@ -32,6 +32,16 @@ def rocm_gpu() -> bool:
     return gpu_visible() and rocm_torch()
 
 
+def fp8_format_of_forward_device() -> str:
+    """The fp8 format the forward check reads a cache in: the GPU's own where torch sees one
+    (``current_platform.fp8_dtype()``), MI300's on CPU."""
+    if not gpu_visible():
+        return "float8_e4m3fnuz"
+    from vllm.platforms import current_platform
+
+    return str(current_platform.fp8_dtype()).removeprefix("torch.")
+
+
 def kfd_present() -> bool:
     return os.path.exists("/dev/kfd")
 

@@ -42,3 +42,13 @@ def report() -> dict[str, Any]:
     if "error" in _outcome:
         raise _outcome["error"]
     return _outcome["report"]
+
+
+def report_or_skip() -> dict[str, Any]:
+    """The report; a skip, with its reason, where vLLM's forward cannot run in this process."""
+    import pytest
+
+    result = report()
+    if "unavailable" in result:
+        pytest.skip(result["unavailable"])
+    return result

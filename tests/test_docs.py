@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.subprocess_util import REPO_ROOT
+from tests.subprocess_util import REPO_ROOT, check_generated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 
 
 def test_generated_tables_match_the_results_files():
-    proc = subprocess.run(
-        [sys.executable, "scripts/docs_tables.py", "--check"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_generated("scripts/docs_tables.py", timeout=120)
 
 
 def test_the_readme_is_for_operators_and_links_every_maintainers_page():

@@ -39,9 +39,9 @@ def _build_calling_split_as_attribute(
     )
 
 
-def _doctor(env_extra: dict[str, str]) -> tuple[int, dict]:
+def _doctor(env_extra: dict[str, str], *args: str) -> tuple[int, dict]:
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm_rocm_aiter_plugin", "doctor", "--json"],
+        [sys.executable, "-m", "vllm_rocm_aiter_plugin", "doctor", "--json", *args],
         cwd=REPO_ROOT, env=scrubbed_env(env_extra), capture_output=True, text=True, timeout=600,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
@@ -92,6 +92,11 @@ def test_default_install_reports_fix_active():
     assert forward["registered_right"] is True
     assert bool(forward["stock_wrong_requests"]) is drops
     assert forward["chunks"] <= forward["v1_stock_chunks"]
+    assert forward["configuration"]["kv_cache_dtype"] == "auto"  # the check's own, named
+    assert (forward["configuration"]["block_size"], forward["configuration"]["head_size"]) == (
+        16,
+        64,
+    )
     # Notes say what this machine cannot run; they never change the verdict.
     can_run = environment.rocm_gpu() and environment.aiter_importable()
     assert any("cannot run ROCM_AITER_FA" in note for note in report["notes"]) is not can_run
@@ -264,6 +269,34 @@ def test_help_lists_each_command_once_and_the_exit_codes():
     assert "--json" in proc.stdout and "exit codes:" in proc.stdout
     for code in ("0", "1", "2"):
         assert f"\n  {code}  " in proc.stdout
+
+
+def test_the_doctor_checks_the_operators_serving_configuration():
+    """``--kv-cache-dtype fp8 --block-size 32 --head-size 128``: the forward check runs in that
+    configuration (fp8 in this device's format, scales that are not 1) and the JSON names it."""
+    if not environment.plugin_overrides_by_default():
+        pytest.skip("the policy leaves this vLLM stock: the forward check judges stock")
+    code, report = _doctor(
+        {"VLLM_ROCM_USE_AITER": "1"},
+        "--kv-cache-dtype", "fp8", "--block-size", "32", "--head-size", "128",
+    )  # fmt: skip
+    assert report["check_errors"] == {}
+    forward = report["forward"]
+    configuration = forward["configuration"]
+    assert (configuration["kv_cache_dtype"], configuration["block_size"]) == ("fp8", 32)
+    assert configuration["head_size"] == 128
+    assert configuration["fp8_format"] == environment.fp8_format_of_forward_device()
+    assert configuration["k_scale"] != 1.0 and configuration["v_scale"] != 1.0
+    assert forward["registered_right"] is True, forward["registered_detail"]
+    assert code == report["exit_code"] == 0
+
+
+def test_doctor_help_names_the_serving_configuration_options():
+    proc = _cli("doctor", "--help")
+    assert proc.returncode == 0
+    for option in ("--kv-cache-dtype", "--block-size", "--head-size"):
+        assert option in proc.stdout
+    assert "vllm serve" in proc.stdout
 
 
 def test_bad_doctor_option_shows_the_doctors_usage():

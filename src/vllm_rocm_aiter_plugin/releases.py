@@ -19,6 +19,12 @@ CI: tuple[str, ...] = ("0.23.0", TESTED[-1])
 """What ``.ci/run`` tests: the release that defaults Llama to model-runner V2 and still has the
 EAGLE crash, and the newest."""
 
+NON_CAUSAL_V2_BATCHES: frozenset[str] = frozenset({"0.33.0"})
+"""Of the CI releases, those whose model-runner V2 builds non-causal batches (its
+``build_attn_metadata`` takes ``causal``; read off the 0.23.0 and 0.33.0 wheels, the others not
+read). The coverage matrix of ``docs/testing.md`` reads it; a test checks it against the
+installed release."""
+
 DEMO = "0.23.0"
 """The release the main job (``bash scripts/nox -s demo``) shows: affected by all three bugs."""
 

@@ -48,6 +48,19 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument("--json", action="store_true", help="one JSON document on stdout, for CI")
+    serving = doctor.add_argument_group(
+        "your serving configuration",
+        "run the forward check in it, spelled as `vllm serve` spells it (default: the check's "
+        "own: auto cache, block size 16, head size 64); the table and the JSON name it",
+    )
+    serving.add_argument(
+        "--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3"),
+        help="fp8: the GPU's own fp8 format (on CPU MI300's e4m3fnuz), scales that are not 1 "
+        "(fp8_e5m2 is not offered: vLLM's ROCm cache write refuses it)",
+    )  # fmt: skip
+    serving.add_argument("--block-size", type=int, choices=(16, 32))
+    serving.add_argument("--head-size", type=int, choices=(64, 128, 256),
+                         help="your model's attention head size")  # fmt: skip
     return parser, doctor
 
 
@@ -81,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             from vllm_rocm_aiter_plugin.diagnostics import doctor
 
-            code = doctor.run(as_json=args.json)
+            configuration = doctor.ServingConfiguration(
+                args.kv_cache_dtype, args.block_size, args.head_size
+            )
+            code = doctor.run(as_json=args.json, configuration=configuration)
         else:
             from vllm_rocm_aiter_plugin.diagnostics import demo
 

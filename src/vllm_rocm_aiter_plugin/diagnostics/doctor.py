@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -106,6 +107,37 @@ class Forward:
     chunks: int | None
     v1_stock_chunks: int | str | None
     unified_attention: str = ""
+    configuration: dict[str, Any] = field(default_factory=dict)  # what the forward ran in
+
+
+@dataclass(frozen=True)
+class ServingConfiguration:
+    """The operator's configuration the forward check runs in, as ``vllm serve`` spells it
+    (``--kv-cache-dtype``, ``--block-size``, ``--head-size`` of the model); None: the case's."""
+
+    kv_cache_dtype: str | None = None
+    block_size: int | None = None
+    head_size: int | None = None
+
+    def changes(self, device: str) -> dict[str, Any]:
+        """The forward cases' fields this configuration sets. An fp8 cache takes the format of
+        the GPU it runs on (``current_platform.fp8_dtype()``), on CPU MI300's, with scales that
+        are not 1, as a checkpoint's are."""
+        changes: dict[str, Any] = {}
+        if self.block_size is not None:
+            changes["block_size"] = self.block_size
+        if self.head_size is not None:
+            changes["head_size"] = self.head_size
+        if self.kv_cache_dtype is not None:
+            changes["kv_cache_dtype"] = self.kv_cache_dtype
+        if self.kv_cache_dtype not in (None, "auto"):
+            fp8_format = "float8_e4m3fnuz"
+            if device != "cpu":
+                from vllm.platforms import current_platform
+
+                fp8_format = str(current_platform.fp8_dtype()).removeprefix("torch.")
+            changes.update(fp8_format=fp8_format, k_scale=0.05, v_scale=0.08)
+        return changes
 
 
 @dataclass
@@ -275,21 +307,29 @@ def resolution_report(resolved: dict[str, Any]) -> Resolution:
     )
 
 
-def check_forward() -> Forward:
+def check_forward(configuration: ServingConfiguration | None = None) -> Forward:
     """vLLM's ROCM_AITER_FA forward on a model-runner V2 step whose extend region holds a new
     prompt and two context chunks, and on an EAGLE verification step without the upper bound
     (its decode path calls AITER's ``unified_attention``), with stock's backend and the
     registered one, in a fresh process: on the GPU where there is one, else on CPU (Triton
-    interpreter; AITER's Triton kernel where its wheel loads, references for the rest)."""
+    interpreter; AITER's Triton kernel where its wheel loads, references for the rest). In the
+    operator's ``configuration`` where one is given."""
     import torch
 
     from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_CASE, DOCTOR_EAGLE_CASE
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+        CASES_BY_NAME,
+        DOCTOR_CASE,
+        DOCTOR_EAGLE_CASE,
+    )
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    changes = (configuration or ServingConfiguration()).changes(device)
+    cases = [
+        dataclasses.replace(CASES_BY_NAME[n], **changes) for n in (DOCTOR_CASE, DOCTOR_EAGLE_CASE)
+    ]
     report = runner.run_in_child(
-        [DOCTOR_CASE, DOCTOR_EAGLE_CASE], kinds=("stock", "registered"), device=device,
-        timeout=900,
+        kinds=("stock", "registered"), device=device, timeout=900, cases=cases,
     )  # fmt: skip
     if "unavailable" in report:
         raise RuntimeError(report["unavailable"])
@@ -300,6 +340,9 @@ def forward_report(report: dict[str, Any]) -> Forward:
     from vllm_rocm_aiter_plugin.diagnostics.forward import kernels_ran
 
     case = report["cases"][0]  # the model-runner V2 step; the others are checked alike
+    for step in report["cases"]:
+        if "not_applicable" in step:
+            raise RuntimeError(f"the forward check cannot run here: {step['not_applicable']}")
 
     def wrong(result: dict[str, Any], tolerance: float) -> list[str]:
         if "rows" not in result:
@@ -335,6 +378,7 @@ def forward_report(report: dict[str, Any]) -> Forward:
         chunks=registered.get("chunks"),
         v1_stock_chunks=case.get("v1_stock_chunks"),
         unified_attention=kernels_ran.unified_attention_line(report),
+        configuration=case.get("configuration", {}),
     )
 
 
@@ -376,9 +420,15 @@ FRESH_PROCESS_MODULES = (
 """What the fresh-process checks import; :func:`collect` imports it before their threads start."""
 
 
-def collect(overrides: dict[str, Callable[[], Any]] | None = None) -> DoctorReport:
-    """Run every check (the two that start fresh processes side by side); the report."""
+def collect(
+    overrides: dict[str, Callable[[], Any]] | None = None,
+    configuration: ServingConfiguration | None = None,
+) -> DoctorReport:
+    """Run every check (the two that start fresh processes side by side), the forward one in the
+    operator's ``configuration``; the report."""
     checks = {**IN_PROCESS, **FRESH_PROCESS, **(overrides or {})}
+    if configuration is not None and not (overrides and "forward" in overrides):
+        checks["forward"] = functools.partial(check_forward, configuration)
     report = DoctorReport()
     results: dict[str, Any] = {}
     # The threads only wait on child processes, so they must import nothing: a thread importing
@@ -599,6 +649,8 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
     if report.forward is not None:
         f = report.forward
         rows.append((f"forward, {f.case}", f"on {f.device}: ROCM_AITER_FA {f.registered_detail}"))
+        if f.configuration:
+            rows.append(("  served in", configuration_line(f.configuration)))
         rows.append(("  stock's backend", f"{len(f.stock_wrong_requests)} requests wrong"))
         chunks = (
             f"{_fmt(f.chunks)} (vLLM, in its own V1 order: {_fmt(f.v1_stock_chunks)}). Each pass "
@@ -612,6 +664,20 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
         )
         rows.append(("  two empty context chunks", merge))
     return rows
+
+
+def configuration_line(configuration: dict[str, Any]) -> str:
+    """A forward case's configuration, as ``vllm serve`` options name it."""
+    cache = configuration.get("kv_cache_dtype", "auto")
+    if configuration.get("fp8_format"):
+        cache += (
+            f" ({configuration['fp8_format'].removeprefix('float8_')}, k/v scales "
+            f"{configuration['k_scale']:g}/{configuration['v_scale']:g})"
+        )
+    return (
+        f"--kv-cache-dtype {cache}, --block-size {configuration.get('block_size')}, "
+        f"head size {configuration.get('head_size')}, {configuration.get('dtype')}"
+    )
 
 
 def render(report: DoctorReport, out: TextIO) -> None:
@@ -628,13 +694,19 @@ def render(report: DoctorReport, out: TextIO) -> None:
     print(f"\n{report.verdict}", file=out)
 
 
-def run(as_json: bool = False, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Collect the report, then print vLLM's log as :mod:`.vllm_log` sums it up (stderr), then the
-    report (stdout: the table ending with the verdict, or one JSON document)."""
+def run(
+    as_json: bool = False,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    configuration: ServingConfiguration | None = None,
+) -> int:
+    """Collect the report (its forward check in ``configuration`` where given), then print vLLM's
+    log as :mod:`.vllm_log` sums it up (stderr), then the report (stdout: the table ending with
+    the verdict, or one JSON document)."""
     from vllm_rocm_aiter_plugin.diagnostics import vllm_log
 
     with vllm_log.held_back() as held:
-        report = collect()
+        report = collect(configuration=configuration)
     vllm_log.print_summary(held, err)
     if as_json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True), file=out)

@@ -148,6 +148,8 @@ def build_through_v2(
     upper_bound = getattr(cam, "seq_lens_cpu_upper_bound", None)
     if with_upper_bound and upper_bound is not None:
         kwargs["seq_lens_cpu_upper_bound"] = upper_bound
+    if not getattr(cam, "causal", True):
+        kwargs["causal"] = False  # 0.33's runner builds non-causal batches this way
     accepted = inspect.signature(build_attn_metadata).parameters
     unknown = set(kwargs) - set(accepted)
     if unknown:

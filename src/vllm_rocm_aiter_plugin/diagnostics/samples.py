@@ -92,6 +92,7 @@ def tiny_vllm_config(
     dtype: str = "bfloat16",
     block_size: int = BLOCK_SIZE,
     device: str = "cpu",
+    cache_dtype: str = "auto",
 ) -> VllmConfig:
     """A real ``VllmConfig`` over a tiny Llama, built offline.
 
@@ -129,7 +130,7 @@ def tiny_vllm_config(
         )
     return VllmConfig(
         model_config=model_config,
-        cache_config=CacheConfig(block_size=block_size),
+        cache_config=CacheConfig(block_size=block_size, cache_dtype=cast(Any, cache_dtype)),
         parallel_config=parallel_config,
         scheduler_config=SchedulerConfig(
             max_num_seqs=max_num_seqs,

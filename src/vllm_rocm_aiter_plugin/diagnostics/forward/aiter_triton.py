@@ -21,10 +21,12 @@ installed wheel is never modified:
   2D/3D kernel choice.
 
 Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as raw bit patterns. A bf16 call
-therefore runs AITER's kernel on float32 copies of q and the caches (exact) into a float32
-output that is then rounded to bf16: the kernel's code is the same, its dtype is not. The
-report counts such calls. Every call is also run through the torch reference on the same
-inputs, so that the report says how far the reference is from AITER's kernel.
+therefore runs AITER's kernel on a float32 copy of q (exact) into a float32 output that is then
+rounded to bf16: the kernel's code is the same, its dtype is not. 16-bit caches are widened with
+q; fp8 caches never are: the kernel dequantises only ``if K_load.dtype.is_fp8()``, so a widened
+fp8 cache would silently drop the scale (the ``widened-fp8-caches`` mutation shows the tier
+fails then). The report counts such calls. Every call is also run through the torch reference
+on the same inputs, so that the report says how far the reference is from AITER's kernel.
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ class UnifiedAttention:
     origin: str
     is_aiter: bool
     widen_bf16: bool = False
+    reference: Callable[..., None] | None = None  # None: reference_kernels.unified_attention
+    widen_fp8_caches: bool = False  # a mutation only: what a careless widening does
     calls: int = 0
     bf16_widened_calls: int = 0
+    fp8_cache_calls: int = 0
     checks: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -82,16 +87,21 @@ class UnifiedAttention:
 
         reference_kernels.check_unified_attention(q, out, **kwargs)
         self.calls += 1
+        fp8 = k.dtype in reference_kernels.FP8_DTYPES
+        self.fp8_cache_calls += fp8
         before = out.clone() if self.is_aiter else None
-        if self.widen_bf16 and q.dtype == torch.bfloat16:
-            self.bf16_widened_calls += 1
+        widen_q = self.widen_bf16 and q.dtype == torch.bfloat16
+        widen_caches = (widen_q and not fp8) or self.widen_fp8_caches
+        if widen_q or widen_caches:
+            self.bf16_widened_calls += widen_q
             wide = out.float()  # rows the kernel does not write keep what the caller's buffer held
-            self.function(q=q.float(), k=k.float(), v=v.float(), out=wide, **kwargs)
+            caches = (k.float(), v.float()) if widen_caches else (k, v)
+            self.function(q=q.float(), k=caches[0], v=caches[1], out=wide, **kwargs)
             out.copy_(wide)
         else:
             self.function(q=q, k=k, v=v, out=out, **kwargs)
         if before is not None:
-            reference_kernels.unified_attention(q, k, v, before, **kwargs)
+            (self.reference or reference_kernels.unified_attention)(q, k, v, before, **kwargs)
             error, agrees = agreement(out, before)
             self.checks.append({"dtype": str(q.dtype).removeprefix("torch."), "error": error,
                                 "agrees": agrees, "seqs": len(kwargs["seqused_k"])})  # fmt: skip
@@ -105,6 +115,7 @@ class UnifiedAttention:
             "aiter": self.is_aiter,
             "calls": self.calls,
             "bf16_widened_calls": self.bf16_widened_calls,
+            "fp8_cache_calls": self.fp8_cache_calls,
             "cross_checked_calls": len(self.checks),
             "cross_check_disagreements": sum(not c["agrees"] for c in self.checks),
             "cross_check_largest_error": largest,

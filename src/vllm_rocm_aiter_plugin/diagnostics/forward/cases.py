@@ -2,11 +2,18 @@
 case becomes a real step, and the dense per-request reference its output is judged against.
 
 A case is a set of requests as the scheduler hands them over (cached tokens, tokens scheduled
-now, draft tokens, prompt length) and the runner order to lay them out in: ``v2`` (model-runner V2,
-the installed vLLM's own sort) or ``v1`` (vLLM's V1 reorder). The reference for a request is plain
-causal attention over its whole context plus its own new tokens (sliding window where set), in
-float32, from the very K/V values written into the cache: it never reads the cache or any
-metadata.
+now, draft tokens, prompt length), the runner order to lay them out in (``v2``: model-runner V2,
+the installed vLLM's own sort; ``v1``: vLLM's V1 reorder) and the configuration it is served in
+(KV-cache dtype and scales, head and block size, heads, sliding window, causal or not). The
+reference for a request is plain attention over its whole context plus its own new tokens
+(causal unless the case is not; sliding window where set), in float32, from the very K/V values
+written into the cache: it never reads the cache or any metadata.
+
+With an fp8 cache, the reference reads through fp8 exactly the K/V the kernels read from the
+cache (:func:`reads_cache`): every row's context, and a row's own new tokens where its path reads
+them back from the cache (decode rows; extend rows under a sliding window). Rounded that way, the
+remaining difference is the kernels' 16-bit arithmetic, as with a 16-bit cache, so the tolerance
+is the dtype's; a kernel or reference that drops a scale is off by far more.
 """
 
 from __future__ import annotations
@@ -18,7 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vllm_rocm_aiter_plugin.diagnostics.forward.reference_kernels import attend
+from vllm_rocm_aiter_plugin.diagnostics.forward.reference_kernels import (
+    attend,
+    dequantise,
+    quantise,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.attention.backend import CommonAttentionMetadata
@@ -26,6 +37,8 @@ from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order
 
 TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
 """Largest |output - reference| accepted for a request (outputs are O(1))."""
+FP8_FORMATS = {"float8_e4m3fnuz": "MI300 (gfx942)", "float8_e4m3fn": "gfx950"}
+"""The fp8 cache formats, and the GPUs whose ``fp8_dtype()`` each is."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,20 @@ class ForwardCase:
     num_padding_tokens: int = 0  # num_actual_tokens past the last offset (CUDA-graph padding)
     with_upper_bound: bool = True
     max_query_len: int | None = None  # what the runner passes (EAGLE's drafts pass 1)
+    kv_cache_dtype: str = "auto"  # as ``--kv-cache-dtype`` spells it
+    fp8_format: str = "float8_e4m3fnuz"  # the platform's fp8_dtype(), where the cache is fp8
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    causal: bool = True  # CommonAttentionMetadata.causal (0.33 builds non-causal batches)
     note: str = ""
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_cache_dtype.startswith("fp8")
+
+    @property
+    def fp8_dtype(self) -> torch.dtype | None:
+        return getattr(torch, self.fp8_format) if self.fp8 else None
 
     @property
     def threshold(self) -> int:
@@ -171,6 +197,10 @@ def lay_out(
     extra: dict[str, Any] = {}
     if "seq_lens_cpu_upper_bound" in fields and case.with_upper_bound:
         extra["seq_lens_cpu_upper_bound"] = seq.clone()
+    if not case.causal:
+        if "causal" not in fields:
+            raise NotImplementedError("this vLLM's CommonAttentionMetadata has no causal field")
+        extra["causal"] = False
     batch = CommonAttentionMetadata(
         query_start_loc=offsets.to(device),
         query_start_loc_cpu=offsets,
@@ -206,13 +236,39 @@ def lay_out(
     )
 
 
-def dense_reference(case: ForwardCase, step: StepTensors, row: int) -> torch.Tensor:
-    """Request ``row``'s true attention output, float32 [query_len, heads, head_size]."""
+def reads_cache(case: ForwardCase, region: str) -> bool:
+    """Whether a row of ``region`` reads its own new tokens back from the KV cache: decode rows
+    (``paged_attention_v1``, ``unified_attention``) and, under a sliding window, extend rows
+    (``extend_for_sliding_window`` gathers context and new tokens from the cache). The prefill
+    kernel and the extend path's new-token call take the new K/V as computed."""
+    return region == "decode" or (region == "extend" and case.sliding_window is not None)
+
+
+def as_cached(case: ForwardCase, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """``values`` as a kernel reads them back from this case's cache (float32): written through
+    fp8 and multiplied by the scale where the cache is fp8, as written where it is not."""
+    if not case.fp8:
+        return values.float()
+    assert case.fp8_dtype is not None
+    return dequantise(quantise(values, case.fp8_dtype, scale), scale)
+
+
+def dense_reference(
+    case: ForwardCase, step: StepTensors, row: int, region: str = "prefill"
+) -> torch.Tensor:
+    """Request ``row``'s true attention output, float32 [query_len, heads, head_size]; with an
+    fp8 cache, what a row of ``region`` reads through the cache is rounded as the cache holds it."""
     ctx, tok = step.context_rows[row], step.token_rows[row]
-    keys = torch.cat([step.context_k[ctx], step.key[tok]])
-    values = torch.cat([step.context_v[ctx], step.value[tok]])
+    own_k, own_v = step.key[tok].float(), step.value[tok].float()
+    if reads_cache(case, region):
+        own_k, own_v = (
+            as_cached(case, step.key[tok], case.k_scale),
+            as_cached(case, step.value[tok], case.v_scale),
+        )
+    keys = torch.cat([as_cached(case, step.context_k[ctx], case.k_scale), own_k])
+    values = torch.cat([as_cached(case, step.context_v[ctx], case.v_scale), own_v])
     window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
-    out, _ = attend(step.query[tok], keys, values, case.head_size**-0.5, True, window)
+    out, _ = attend(step.query[tok], keys, values, case.head_size**-0.5, case.causal, window)
     return out
 
 
@@ -249,6 +305,15 @@ V1_MIXED = (
     prompt("prompt-a", 33),
     prompt("prompt-b", 8),
 )
+
+FP8_STEP = (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 500, 60))
+FP8_EAGLE = (
+    decode("decode-a", 300, 4, 3),
+    decode("decode-b", 77, 4, 3),
+    prompt("prompt", 9),
+    chunk("prefix-hit", 500, 30),
+)
+FP8_EAGLE_CASE = "eagle-mixed-v2-fp8-e4m3fnuz"
 
 CASES: tuple[ForwardCase, ...] = (
     ForwardCase("v1-mixed", V1_MIXED, "v1", head_size=128, num_heads=4, num_kv_heads=2),
@@ -368,6 +433,64 @@ CASES: tuple[ForwardCase, ...] = (
     ),
     ForwardCase("sliding-window-v2", V2_EXAMPLE, "v2", sliding_window=256),
     ForwardCase("sliding-window-v1", V2_EXAMPLE, "v1", sliding_window=256),
+    ForwardCase(
+        "v2-non-causal",
+        (*FP8_STEP, prompt("prompt-b", 12)),
+        "v2",
+        causal=False,
+        note="a non-causal batch (0.33): stock's regions, so context-free rows stay in prefill",
+    ),
+    # fp8 KV caches (--kv-cache-dtype fp8) in both formats, with scales that are not 1, some small
+    # enough that the cache write saturates (where torch's own cast to e4m3fnuz gives NaN)
+    ForwardCase(
+        "v2-fp8-e4m3fnuz",
+        FP8_STEP,
+        "v2",
+        kv_cache_dtype="fp8",
+        fp8_format="float8_e4m3fnuz",
+        k_scale=0.01,
+        v_scale=0.08,
+        note="MI300's format; k saturates past 2.4",
+    ),
+    ForwardCase(
+        "v2-fp8-e4m3fn",
+        FP8_STEP,
+        "v2",
+        kv_cache_dtype="fp8",
+        fp8_format="float8_e4m3fn",
+        k_scale=0.05,
+        v_scale=0.005,
+        note="gfx950's format; v saturates past 2.24",
+    ),
+    ForwardCase(
+        "v1-fp8-e4m3fnuz",
+        FP8_STEP,
+        "v1",
+        kv_cache_dtype="fp8",
+        k_scale=0.05,
+        v_scale=0.08,
+    ),
+    ForwardCase(
+        FP8_EAGLE_CASE,
+        FP8_EAGLE,
+        "v2",
+        spec_tokens=3,
+        kv_cache_dtype="fp8",
+        k_scale=0.05,
+        v_scale=0.08,
+        note="EAGLE verification: AITER's unified_attention on the fp8 caches",
+    ),
+    ForwardCase(
+        "sliding-window-v2-fp8-e4m3fn",
+        FP8_STEP,
+        "v2",
+        sliding_window=64,
+        kv_cache_dtype="fp8",
+        fp8_format="float8_e4m3fn",
+        k_scale=0.05,
+        v_scale=0.08,
+        note="moved prompts read their own tokens back through fp8 under a window",
+    ),
 )
 
 CASES_BY_NAME = {case.name: case for case in CASES}

@@ -10,6 +10,11 @@ under ``current_platform.is_rocm()``; off ROCm it is loaded from the installed m
 and given to vLLM's methods through a private copy of their globals (:mod:`..rebind`): vLLM's
 module and classes are never modified. Gather calls larger than a token budget run the torch
 reference, and vLLM's kernel on the first ``budget`` tokens of that call is checked against it.
+
+An fp8 cache is viewed as ``current_platform.fp8_dtype()``. Off ROCm that is OCP's
+``float8_e4m3fn`` (gfx950's); a case in MI300's ``float8_e4m3fnuz`` gives the same methods a
+platform answering that format (:class:`PlatformWithFp8`), in the same private globals. On ROCm
+the hardware's format is the only one, and a case in another cannot run there.
 """
 
 from __future__ import annotations
@@ -111,31 +116,71 @@ class Gather:
         self.checked_tokens += count
 
 
-def runnable_impl(impl_cls: type, gather: Gather | None) -> type:
-    """``impl_cls`` itself where vLLM has its gather kernel; elsewhere a subclass whose vLLM
-    methods that call ``cp_mha_gather_cache`` (``extend_forward``, the sliding-window path) see
-    ``gather``. The class's own overrides stay in front of them (its ``super()`` reaches them)."""
+class PlatformWithFp8:
+    """vLLM's ``current_platform`` with another answer to ``fp8_dtype()`` (every other attribute
+    is the platform's own)."""
+
+    def __init__(self, platform: Any, fp8_dtype: torch.dtype):
+        self._platform = platform
+        self._fp8_dtype = fp8_dtype
+
+    def fp8_dtype(self) -> torch.dtype:
+        return self._fp8_dtype
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._platform, name)
+
+
+def platform_globals(fp8_dtype: torch.dtype | None) -> dict[str, Any]:
+    """The ``current_platform`` the impl's methods must see for an fp8 cache of ``fp8_dtype``
+    (empty where the platform's own answer is that format)."""
+    from vllm.platforms import current_platform
+
+    if fp8_dtype is None or current_platform.fp8_dtype() == fp8_dtype:
+        return {}
+    if current_platform.is_rocm():
+        raise RuntimeError(
+            f"this GPU's fp8 format is {current_platform.fp8_dtype()}, not {fp8_dtype}"
+        )
+    return {"current_platform": PlatformWithFp8(current_platform, fp8_dtype)}
+
+
+def runnable_impl(
+    impl_cls: type, gather: Gather | None, fp8_dtype: torch.dtype | None = None
+) -> type:
+    """``impl_cls`` itself where vLLM has its gather kernel and the platform's fp8 format is
+    ``fp8_dtype``; elsewhere a subclass whose vLLM methods that call ``cp_mha_gather_cache``
+    (``extend_forward``, the sliding-window path) see ``gather`` and whose methods that read
+    ``current_platform`` see :func:`platform_globals`. The class's own overrides stay in front
+    of them (its ``super()`` reaches them)."""
     from vllm.v1.attention.backends import rocm_aiter_fa
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
 
-    if GATHER_NAME in vars(rocm_aiter_fa):
+    replacements = platform_globals(fp8_dtype)
+    if GATHER_NAME not in vars(rocm_aiter_fa):
+        if gather is None:
+            raise RuntimeError("no cp_mha_gather_cache in this process; pass a Gather")
+        replacements[GATHER_NAME] = gather
+    if not replacements:
         return impl_cls
-    if gather is None:
-        raise RuntimeError("no cp_mha_gather_cache in this process; pass a Gather")
-    methods = {
-        name: with_globals(function, {GATHER_NAME: gather})
-        for name, function in vars(AiterFlashAttentionImpl).items()
-        if inspect.isfunction(function) and loads_global(function.__code__, GATHER_NAME)
-    }
+    methods = {}
+    for name, function in vars(AiterFlashAttentionImpl).items():
+        if not inspect.isfunction(function):
+            continue
+        read = {k: v for k, v in replacements.items() if loads_global(function.__code__, k)}
+        if read:
+            methods[name] = with_globals(function, read)
     bound = type("AiterFlashAttentionImplWithGather", (AiterFlashAttentionImpl,), methods)
     if impl_cls is AiterFlashAttentionImpl:
         return bound
     return type(f"{impl_cls.__name__}WithGather", (impl_cls, bound), {})
 
 
-def runnable_backend(backend_cls: Any, gather: Gather | None) -> Any:
+def runnable_backend(
+    backend_cls: Any, gather: Gather | None, fp8_dtype: torch.dtype | None = None
+) -> Any:
     """``backend_cls`` with :func:`runnable_impl` of its impl (builder and the rest unchanged)."""
-    impl = runnable_impl(backend_cls.get_impl_cls(), gather)
+    impl = runnable_impl(backend_cls.get_impl_cls(), gather, fp8_dtype)
     if impl is backend_cls.get_impl_cls():
         return backend_cls
     return type(backend_cls.__name__, (backend_cls,), {"get_impl_cls": staticmethod(lambda: impl)})

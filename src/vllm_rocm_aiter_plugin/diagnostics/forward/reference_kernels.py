@@ -37,6 +37,13 @@ from unittest import mock
 import torch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)
+"""The caches' fp8 formats: MI300's (gfx942) and OCP's (gfx950); vLLM views an fp8 cache as the
+platform's ``fp8_dtype()`` in ``forward`` and ``do_kv_cache_update``."""
+QUANTISED_CACHE_DTYPES = ("fp8", "fp8_e4m3")
+"""The ``kv_cache_dtype`` strings vLLM's ROCm cache write takes for an fp8 cache
+(``DISPATCH_BY_KV_CACHE_DTYPE``, ``csrc/quantization/fp8/amd/quant_utils.cuh``); it refuses the
+others ("Unsupported data type of kv cache")."""
 
 
 class LauncherError(AssertionError):
@@ -46,6 +53,42 @@ class LauncherError(AssertionError):
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise LauncherError(message)
+
+
+def quantise(x: torch.Tensor, fp8_dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """vLLM's ROCm cache write of ``x`` into an fp8 cache: ``x / scale`` (in fp16 for an fp16
+    ``x``: ``tmp.data /= scale`` on a ``__half_raw``; in float32 for bf16), then converted with
+    the fp8 type's default saturation, ``__HIP_SATFINITE`` (out-of-range values become the
+    largest finite value of their sign, NaN stays NaN), rounding to nearest even
+    (``scaled_vec_conversion<uint8_t, ...>``, ``csrc/quantization/fp8/amd/quant_utils.cuh``,
+    vLLM main, read for 0.23.0 and 0.33.0)."""
+    _check(fp8_dtype in FP8_DTYPES, f"{fp8_dtype} is not an fp8 cache format")
+    scaled = x.float() / scale
+    if x.dtype == torch.float16:
+        scaled = scaled.half().float()
+    largest = torch.finfo(fp8_dtype).max
+    return scaled.clamp(-largest, largest).to(fp8_dtype)
+
+
+def dequantise(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """What a kernel reads from an fp8 cache: ``float(fp8) * scale`` in float32 (vLLM's
+    convention, ``Dequant(FP8) * scale => HP``, ``quant_utils.cuh``); a 16-bit cache as is."""
+    if cache.dtype not in FP8_DTYPES:
+        return cache.float()
+    value = float(scale) if isinstance(scale, float) else float(scale.reshape(-1)[0])
+    return cache.float() * value
+
+
+def _cache_dtype_matches(kv_cache_dtype: str, cache: torch.Tensor) -> None:
+    if kv_cache_dtype == "auto":
+        _check(cache.dtype in SUPPORTED_DTYPES, f"an 'auto' cache of {cache.dtype}")
+    else:
+        _check(
+            kv_cache_dtype in QUANTISED_CACHE_DTYPES,
+            f"kv_cache_dtype {kv_cache_dtype!r}: vLLM's ROCm cache ops take "
+            f"{', '.join(QUANTISED_CACHE_DTYPES)} for fp8",
+        )
+        _check(cache.dtype in FP8_DTYPES, f"an {kv_cache_dtype} cache viewed as {cache.dtype}")
 
 
 def _offsets(name: str, offsets: torch.Tensor) -> list[int]:
@@ -193,9 +236,11 @@ def paged_attention_v1(
     the signature of ``aiter/ops/attention.py::paged_attention_v1`` and the HIP kernel, which
     reads ``context_lens[seq_idx]`` keys and the query at ``cu_query_lens[seq_idx]``
     (``aiter_meta/csrc/kernels/attention_v1.cu``), amd-aiter 0.1.7.post2.dev18; vLLM's call for
-    query length 1 (``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0)."""
+    query length 1 (``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0). An fp8 cache is
+    read as :func:`dequantise` with the ``k_scale`` / ``v_scale`` vLLM passes (the layer's)."""
     _check(kv_cache_layout == "NHD", f"kv_cache_layout {kv_cache_layout!r}, expected 'NHD'")
-    _check(kv_cache_dtype == "auto", "fp8 KV caches are not referenced here")
+    _cache_dtype_matches(kv_cache_dtype, key_cache)
+    _cache_dtype_matches(kv_cache_dtype, value_cache)
     _check(mtp == 1, f"mtp {mtp}: the decode path calls this kernel for one token per sequence")
     _check(alibi_slopes is None and not logits_soft_cap, "alibi and soft cap are not referenced")
     _check(query.dtype in SUPPORTED_DTYPES, f"query must be fp16 or bf16, got {query.dtype}")
@@ -208,8 +253,8 @@ def paged_attention_v1(
     for b, (start, length) in enumerate(zip(starts, lengths, strict=True)):
         if start >= query.shape[0] or length == 0:
             continue  # a padded sequence: no query token of its own
-        k = _paged_keys(key_cache, block_tables[b], length)
-        v = _paged_keys(value_cache, block_tables[b], length)
+        k = dequantise(_paged_keys(key_cache, block_tables[b], length), k_scale)
+        v = dequantise(_paged_keys(value_cache, block_tables[b], length), v_scale)
         window = (sliding_window - 1 if sliding_window > 0 else -1, 0)
         o, _ = attend(query[start : start + 1], k, v, scale, True, window)
         out[start : start + 1] = o.to(out.dtype)
@@ -282,16 +327,35 @@ def unified_attention(
     query's position), a window ``(left, right)`` kept as ``SLIDING_WINDOW = 1 + left`` keys up
     to the query's own (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
     Where that wheel loads, the forward tier runs the kernel itself (:mod:`.aiter_triton`) and a
-    test cross-checks the two."""
+    test cross-checks the two.
+
+    An fp8 cache is dequantised with one scale per call, the first element of ``k_descale`` /
+    ``v_descale`` (the kernel's ``tl.load(k_scale)``), then rounded to q's dtype before the dot
+    (``(K_load.to(tl.float32) * tl.load(k_scale)).to(Q.dtype)``, ``if K_load.dtype.is_fp8()``);
+    a 16-bit cache is read as it is, whatever descales are passed (the kernel skips them)."""
     qo = check_unified_attention(q, out, **kwargs)
+    k_descale, v_descale = kwargs["k_descale"], kwargs["v_descale"]
+    if k.dtype in FP8_DTYPES or v.dtype in FP8_DTYPES:
+        _check(
+            k.dtype == v.dtype and k_descale is not None and v_descale is not None,
+            "an fp8 cache needs k_descale and v_descale (the kernel loads them unconditionally)",
+        )
     lengths = kwargs["seqused_k"].tolist()
     block_table, window = kwargs["block_table"], kwargs["window_size"]
-    for b, length in enumerate(lengths):
+
+    def read(cache: torch.Tensor, descale: torch.Tensor | None, row: int) -> torch.Tensor:
+        paged = _paged_keys(cache, block_table[row], lengths[row])
+        if cache.dtype not in FP8_DTYPES:
+            return paged
+        assert descale is not None
+        return dequantise(paged, descale).to(q.dtype)
+
+    for b in range(len(lengths)):
         rows = slice(qo[b], qo[b + 1])
         if qo[b + 1] == qo[b]:
             continue
-        keys = _paged_keys(k, block_table[b], length)
-        values = _paged_keys(v, block_table[b], length)
+        keys = read(k, k_descale, b)
+        values = read(v, v_descale, b)
         o, _ = attend(q[rows], keys, values, kwargs["softmax_scale"], True, (window[0], window[1]))
         out[rows] = o.to(out.dtype)
 
@@ -311,8 +375,10 @@ def reshape_and_cache_flash(
     are skipped. The slot mapping's length is the number of tokens written. Sources: vLLM's
     ``_custom_ops.reshape_and_cache_flash`` and ``do_kv_cache_update``'s call with
     ``slot_mapping`` from the forward context, whose padding slots are -1 (``rocm_aiter_fa.py``
-    and ``PAD_SLOT_ID`` of ``vllm/v1/attention/backends/utils.py``, 0.23.0 and 0.33.0)."""
-    _check(kv_cache_dtype == "auto", "fp8 KV caches are not referenced here")
+    and ``PAD_SLOT_ID`` of ``vllm/v1/attention/backends/utils.py``, 0.23.0 and 0.33.0). An fp8
+    cache is written as :func:`quantise` with ``k_scale`` / ``v_scale``."""
+    _cache_dtype_matches(kv_cache_dtype, key_cache)
+    _cache_dtype_matches(kv_cache_dtype, value_cache)
     _check(slot_mapping.dim() == 1, "slot_mapping must be 1-D")
     n = slot_mapping.shape[0]
     _check(key.shape[0] >= n and value.shape[0] >= n, "fewer tokens than slots")
@@ -322,8 +388,12 @@ def reshape_and_cache_flash(
     block_size = key_cache.shape[1]
     _check(bool((slots[valid] < key_cache.shape[0] * block_size).all()), "slot past the cache")
     blocks, offsets = slots[valid] // block_size, slots[valid] % block_size
-    key_cache[blocks, offsets] = key[:n][valid].to(key_cache.dtype)
-    value_cache[blocks, offsets] = value[:n][valid].to(value_cache.dtype)
+    for new, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+        rows = new[:n][valid]
+        if kv_cache_dtype == "auto":
+            cache[blocks, offsets] = rows.to(cache.dtype)
+        else:
+            cache[blocks, offsets] = quantise(rows, cache.dtype, float(scale.reshape(-1)[0]))
 
 
 def cp_mha_gather_cache(
@@ -345,8 +415,11 @@ def cp_mha_gather_cache(
     is the cached token at position ``seq_starts[b] + t - cu_seqlens_kv[b]``. Source: vLLM's own
     Triton kernel (``rocm_aiter_fa.py``, 0.23.0 and 0.33.0), which the tier runs on every call
     up to its token budget and on the first tokens of every larger one, and which must agree
-    (``harness.Gather``)."""
-    _check(kv_cache_layout == "NHD" and not dequant, "only the NHD bf16/fp16 layout is referenced")
+    (``harness.Gather``). With ``dequant`` an fp8 cache is read as the kernel does:
+    ``(float(fp8) * scale).to(workspace dtype)``, one scale (``tl.load(k_scale_ptr)``)."""
+    _check(kv_cache_layout == "NHD", "only the NHD layout is referenced")
+    fp8 = key_cache.dtype in FP8_DTYPES
+    _check(dequant == fp8, f"dequant={dequant} for a {key_cache.dtype} cache")
     _check(total_tokens <= key.shape[0], f"{total_tokens} tokens for a {key.shape[0]} workspace")
     if total_tokens == 0:
         return
@@ -360,8 +433,9 @@ def cp_mha_gather_cache(
     positions = seq_starts.long()[b] + t - cu_seqlens_kv.long()[b]
     block_size = key_cache.shape[1]
     blocks = block_tables.long()[b, positions // block_size]
-    key[:total_tokens] = key_cache[blocks, positions % block_size]
-    value[:total_tokens] = value_cache[blocks, positions % block_size]
+    for cache, scale, workspace in ((key_cache, k_scales, key), (value_cache, v_scales, value)):
+        rows = cache[blocks, positions % block_size]
+        workspace[:total_tokens] = dequantise(rows, scale).to(workspace.dtype) if fp8 else rows
 
 
 def flash_attn_with_kvcache(*args: Any, **kwargs: Any) -> Any:

@@ -119,6 +119,7 @@ class Runner:
             dtype=case.dtype,
             block_size=case.block_size,
             device="cuda" if self.device.type == "cuda" else "cpu",
+            cache_dtype=case.kv_cache_dtype,
         )
 
     def build(self, case: ForwardCase, kind: str, step: StepTensors) -> tuple[Any, Any, Any]:
@@ -130,10 +131,11 @@ class Runner:
             build_through_v2,
         )
 
-        backend = harness.runnable_backend(backend_for(kind), self.gather)
+        backend = harness.runnable_backend(backend_for(kind), self.gather, case.fp8_dtype)
         config = self.config(case)
         name = samples.attention_layer(config, sliding_window=case.sliding_window, backend=backend)
         layer = config.compilation_config.static_forward_context[name].to(self.device)
+        set_kv_scales(layer, case.k_scale, case.v_scale)
         spec = samples.kv_cache_spec(config, sliding_window=case.sliding_window)
         with mock.patch.dict(
             os.environ, {FAST_BUILD_ENV: "0"} if kind == "plugin-vllm-build" else {}
@@ -183,7 +185,7 @@ class Runner:
             case.block_size,
             case.num_kv_heads,
             case.head_size,
-            getattr(torch, case.dtype),
+            torch.uint8 if case.fp8 else getattr(torch, case.dtype),  # vLLM's fp8 spec dtype
             self.device,
         )
         harness.bind_kv_cache(config, layer.layer_name, kv_cache)
@@ -203,12 +205,12 @@ class Runner:
         rows = []
         for row, request in enumerate(step.requests):
             got = output[step.token_rows[row]].float()
-            want = dense_reference(case, step, row)
-            finite = bool(torch.isfinite(got).all())
-            error = float((got - want).abs().max()) if finite and got.numel() else 0.0
             region = (
                 "decode" if row < first_extend else "extend" if row < first_prefill else "prefill"
             )
+            want = dense_reference(case, step, row, region)
+            finite = bool(torch.isfinite(got).all())
+            error = float((got - want).abs().max()) if finite and got.numel() else 0.0
             rows.append(
                 {
                     "req_id": request.req_id,
@@ -224,6 +226,9 @@ class Runner:
     def run_case(
         self, case: ForwardCase, seed: int = 0, kinds: Sequence[str] = KINDS
     ) -> dict[str, Any]:
+        why_not = not_applicable_here(case, self.device)
+        if why_not:
+            return {"case": case.name, "order": case.order, "not_applicable": why_not}
         start = time.monotonic()
         step = lay_out(case, case.ordered(), self.device, seed)
         result: dict[str, Any] = {
@@ -233,6 +238,7 @@ class Runner:
             "order_ids": [r.req_id for r in step.requests],
             "tolerance": TOLERANCE[case.dtype],
             "note": case.note,
+            "configuration": configuration(case),
         }
         for kind in kinds:
             result[kind] = self.run_kind(case, kind, step)
@@ -244,6 +250,14 @@ class Runner:
                 result["v1_stock_chunks"] = f"build raises {type(exc).__name__}: {exc}"
         result["seconds"] = round(time.monotonic() - start, 1)
         return result
+
+
+def set_kv_scales(layer: Any, k_scale: float, v_scale: float) -> None:
+    """The layer's KV-cache scales, where a checkpoint's would be loaded (this layer object's
+    tensors and floats; vLLM's defaults are 1.0)."""
+    for side, value in (("k", k_scale), ("v", v_scale)):
+        getattr(layer, f"_{side}_scale").fill_(value)
+        setattr(layer, f"_{side}_scale_float", value)
 
 
 SCHEDULER_WORKLOADS = ("chunked-2048", "prefix-cache-heavy")
@@ -294,6 +308,54 @@ def scheduler_cases(
                 if found == per_workload:
                     break
     return selected
+
+
+def configuration(case: ForwardCase) -> dict[str, Any]:
+    """What a case is served in, as an operator would name it."""
+    return {
+        "dtype": case.dtype,
+        "kv_cache_dtype": case.kv_cache_dtype,
+        "fp8_format": case.fp8_format if case.fp8 else None,
+        "k_scale": case.k_scale,
+        "v_scale": case.v_scale,
+        "head_size": case.head_size,
+        "block_size": case.block_size,
+        "gqa": case.num_heads // case.num_kv_heads,
+        "sliding_window": case.sliding_window,
+        "causal": case.causal,
+        "eagle": bool(case.spec_tokens),
+    }
+
+
+def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
+    """Why ``case`` cannot run on ``device``, or None: a non-causal case where this release's
+    model-runner V2 builds causal batches only; an fp8 format that is not the GPU's own (a GPU
+    reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one)."""
+    if not case.causal and not builds_non_causal_batches():
+        return (
+            "this release's model-runner V2 builds causal batches only (its "
+            "build_attn_metadata takes no causal)"
+        )
+    if not case.fp8 or device.type == "cpu":
+        return None
+    from vllm.platforms import current_platform
+
+    own = current_platform.fp8_dtype()
+    if own == case.fp8_dtype:
+        return None
+    return (
+        f"this GPU's fp8 format is {str(own).removeprefix('torch.')}, the case's "
+        f"{case.fp8_format}: the CPU tier runs it"
+    )
+
+
+def builds_non_causal_batches() -> bool:
+    """Whether this release's model-runner V2 can build a non-causal batch (0.33)."""
+    import inspect
+
+    from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+
+    return "causal" in inspect.signature(build_attn_metadata).parameters
 
 
 def chunks_of(meta: Any) -> int:
@@ -348,10 +410,50 @@ def unified_attention_for(device: torch.device) -> aiter_triton.UnifiedAttention
     )
 
 
+def _reference_without_kv_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 out: torch.Tensor, **kwargs: Any) -> None:  # fmt: skip
+    """The ``unified_attention`` reference handed descales of 1: a reference that drops the
+    cache's scales (the ``reference-drops-kv-scales`` mutation)."""
+    ones = {
+        name: torch.ones_like(kwargs[name])
+        for name in ("k_descale", "v_descale")
+        if kwargs.get(name) is not None
+    }
+    reference_kernels.unified_attention(q, k, v, out, **{**kwargs, **ones})
+
+
+MUTATIONS = {
+    "reference-drops-kv-scales": "the unified_attention reference ignores k_descale/v_descale",
+    "widened-fp8-caches": "AITER's kernel is handed fp8 caches widened to float32, so it skips "
+    "its descale",
+}
+"""Defects the tier must catch (``tests/test_forward_fp8.py`` runs each and expects failures);
+never set outside those tests."""
+
+
+def mutate(unified_attention: aiter_triton.UnifiedAttention | None, names: Sequence[str]) -> None:
+    unknown = sorted(set(names) - set(MUTATIONS))
+    if unknown:
+        raise ValueError(f"unknown mutations {unknown}; known: {sorted(MUTATIONS)}")
+    if unified_attention is None:
+        if names:
+            raise RuntimeError("no mutation applies where AITER's real kernels run (ROCm)")
+        return
+    if "reference-drops-kv-scales" in names:
+        unified_attention.reference = _reference_without_kv_scales
+        if not unified_attention.is_aiter:
+            unified_attention.function = _reference_without_kv_scales
+    if "widened-fp8-caches" in names:
+        unified_attention.widen_fp8_caches = True
+
+
 @contextlib.contextmanager
-def forward_environment(device: torch.device, gather_budget: int | None) -> Iterator[Runner]:
+def forward_environment(
+    device: torch.device, gather_budget: int | None, mutations: Sequence[str] = ()
+) -> Iterator[Runner]:
     runner = Runner(device, gather_budget)
     runner.unified_attention = unified_attention_for(device)
+    mutate(runner.unified_attention, mutations)
     try:
         with reference_kernels.installed(runner.unified_attention) as references:
             runner.references = references
@@ -367,9 +469,11 @@ def run(
     cases: Sequence[ForwardCase] | None = None,
     control: Sequence[str] = (),
     kinds: Sequence[str] = KINDS,
+    mutations: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the named cases (all by default) here with the backends ``kinds`` (plus the
-    ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict."""
+    ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict.
+    ``mutations`` (:data:`MUTATIONS`) plant a defect the tier must catch."""
     import vllm
 
     import vllm_rocm_aiter_plugin
@@ -380,9 +484,10 @@ def run(
     unavailable = why_unavailable(torch_device)
     if unavailable:
         return {"vllm": vllm.__version__, "unavailable": unavailable}
-    with forward_environment(torch_device, gather_budget) as runner:
+    with forward_environment(torch_device, gather_budget, mutations) as runner:
         report: dict[str, Any] = {
             "vllm": vllm.__version__,
+            "mutations": list(mutations),
             "torch": torch.__version__,
             "plugin_file": vllm_rocm_aiter_plugin.__file__,
             "device": str(torch_device),
@@ -419,6 +524,7 @@ def run_in_child(
     kinds: Sequence[str] = KINDS,
     device: str = "cpu",
     cases: Sequence[ForwardCase] | None = None,
+    mutations: Sequence[str] = (),
 ) -> dict[str, Any]:
     """:func:`run` in a new interpreter; on CPU started with Triton's interpreter environment.
     ``cases`` (any, e.g. from vLLM's Scheduler) run instead of the named ones."""
@@ -436,6 +542,8 @@ def run_in_child(
         command.append("--scheduler-steps")
     if control:
         command += ["--control", *control]
+    if mutations:
+        command += ["--mutate", *mutations]
     interpreter = harness.INTERPRETER_ENV if device == "cpu" else {}
     env = {**os.environ, **interpreter, **(extra_env or {})}
     try:
@@ -466,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"cases also run with {', '.join(CONTROLS)}",
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--mutate", nargs="*", default=(), choices=sorted(MUTATIONS),
+                        help="plant a defect the tier must catch (its own tests)")  # fmt: skip
     parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=sorted(backends_names()))
     parser.add_argument("--gather-budget", default=str(DEFAULT_GATHER_BUDGET))
     parser.add_argument("--cases-json", metavar="PATH", help="cases as written by to_json")
@@ -484,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         cases=cases,
         control=args.control,
         kinds=args.kinds,
+        mutations=args.mutate,
     )
     if args.json:
         with open(args.json, "w") as f:

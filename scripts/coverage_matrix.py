@@ -1,0 +1,119 @@
+"""The configuration coverage matrix of ``docs/testing.md``, generated from the forward cases.
+
+  python scripts/coverage_matrix.py           rewrite the matrix in docs/testing.md
+  python scripts/coverage_matrix.py --check   exit 1 if it is out of date
+
+Rows are the configurations operators serve; columns are the CPU forward tier on each CI release
+and the MI300 tier. A cell says ``verified`` (with how many cases), ``n/a`` or ``not verified``,
+each with its reason. A configuration is verified on a CPU release where a forward case in it runs
+there (the cases and ``releases.NON_CAUSAL_V2_BATCHES`` decide); the MI300 tier runs the same cases,
+but no run on an MI300 is on record, so its cells say so. Needs the installed plugin and torch
+(``diagnostics/forward/cases.py``); the tests run it in the test environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+
+from vllm_rocm_aiter_plugin import releases
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE = os.path.join(ROOT, "docs", "testing.md")
+BLOCK = re.compile(r"(<!-- coverage matrix -->\n)(.*?)(<!-- end coverage matrix -->)", re.S)
+MI300_NOT_RUN = "not verified: no MI300 run on record (the tier has the cases)"
+
+Row = tuple[str, Callable[[ForwardCase], bool] | None, str]
+"""(configuration, which cases are in it or None, and what a verified cell means where that needs
+saying, or why no case covers it)."""
+
+ROWS: tuple[Row, ...] = (
+    ("KV cache auto, fp16", lambda c: not c.fp8 and c.dtype == "float16", ""),
+    ("KV cache auto, bf16", lambda c: not c.fp8 and c.dtype == "bfloat16", ""),
+    ("KV cache fp8, e4m3fnuz (MI300)", lambda c: c.fp8 and c.fp8_format == "float8_e4m3fnuz", ""),
+    ("KV cache fp8, e4m3fn (gfx950)", lambda c: c.fp8 and c.fp8_format == "float8_e4m3fn", ""),
+    ("head size 64", lambda c: c.head_size == 64, ""),
+    ("head size 128", lambda c: c.head_size == 128, ""),
+    ("head size 256", lambda c: c.head_size == 256, ""),
+    ("block size 16", lambda c: c.block_size == 16, ""),
+    ("block size 32", lambda c: c.block_size == 32, ""),
+    *(
+        (f"GQA ratio {ratio}", (lambda c, r=ratio: c.num_heads // c.num_kv_heads == r), "")
+        for ratio in (1, 2, 4, 8)
+    ),
+    ("sliding window", lambda c: c.sliding_window is not None, ""),
+    ("EAGLE (query > 1 decodes)", lambda c: c.spec_tokens > 0, ""),
+    ("model-runner V2 order", lambda c: c.order == "v2", ""),
+    (
+        "non-causal batch",
+        lambda c: not c.causal,
+        "context-free rows equal their reference; rows with context equal stock's",
+    ),
+    (
+        "shuffle KV layout",
+        None,
+        "no case: needs the flag on in-process and a shuffle decode reference",
+    ),
+    (
+        "attention sinks",
+        None,
+        "no case: what AITER's kernels do with sink_ptr is pinned to no source",
+    ),
+    (
+        "CUDA-graph capture and replay",
+        None,
+        "no case: needs a GPU; the persistent decode metadata is asserted on CPU (test_builder.py)",
+    ),
+)
+
+
+def _cpu_cell(cases: list[ForwardCase], release: str, meaning: str) -> str:
+    runnable = [c for c in cases if c.causal or release in releases.NON_CAUSAL_V2_BATCHES]
+    if not runnable:
+        return "n/a: this release's model-runner V2 builds causal batches only"
+    verified = f"verified ({len(runnable)} case{'s' * (len(runnable) > 1)})"
+    return f"{verified}: {meaning}" if meaning else verified
+
+
+def _mi300_cell(cases: list[ForwardCase]) -> str:
+    if all(c.fp8 and c.fp8_format != "float8_e4m3fnuz" for c in cases):
+        return "n/a: gfx942 reads fp8 as e4m3fnuz (a gfx950 runner would run these)"
+    return MI300_NOT_RUN
+
+
+def matrix() -> str:
+    header = ["configuration", *(f"CPU forward, vLLM {r}" for r in releases.CI), "MI300 forward"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, selects, text in ROWS:
+        cases = [c for c in CASES if selects(c)] if selects else []
+        if cases:
+            cells = [*(_cpu_cell(cases, r, text) for r in releases.CI), _mi300_cell(cases)]
+        else:
+            cells = [f"not verified: {text.removeprefix('no case: ')}"] * (len(releases.CI) + 1)
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    with open(PAGE) as f:
+        text = f.read()
+    if not BLOCK.search(text):
+        print(f"{PAGE} has no '<!-- coverage matrix -->' block", file=sys.stderr)
+        return 1
+    new = BLOCK.sub(lambda m: f"{m.group(1)}{matrix()}{m.group(3)}", text)
+    if argv == ["--check"]:
+        if new != text:
+            print("docs/testing.md's coverage matrix is out of date: "
+                  "python scripts/coverage_matrix.py", file=sys.stderr)  # fmt: skip
+            return 1
+        return 0
+    with open(PAGE, "w") as f:
+        f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,24 @@
+"""``docs/testing.md``'s coverage matrix is generated from the forward cases and the release facts
+it reads, and those facts hold on the installed release."""
+
+from __future__ import annotations
+
+import pytest
+import vllm
+
+from tests.subprocess_util import check_generated
+from vllm_rocm_aiter_plugin import releases
+from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+
+pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
+
+
+def test_the_coverage_matrix_is_generated_from_the_cases():
+    check_generated("scripts/coverage_matrix.py")
+
+
+def test_the_non_causal_fact_holds_on_the_installed_release():
+    if vllm.__version__ not in releases.CI:
+        pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
+    builds = runner.builds_non_causal_batches()
+    assert (vllm.__version__ in releases.NON_CAUSAL_V2_BATCHES) == builds
