@@ -81,14 +81,12 @@ def test_cache_write_saturates_and_keeps_nan(fp8_format):
 
 
 def test_fp16_values_are_divided_in_fp16_before_the_cast():
-    """``tmp.data /= scale`` on a half: the quotient is rounded to fp16 first."""
-    x = torch.tensor([1.0009765625], dtype=torch.float16)  # 1 + 2**-10
-    scale = 1.0001
-    assert reference_kernels.quantise(x, torch.float8_e4m3fn, scale).dtype == torch.float8_e4m3fn
-    via_fp16 = (x.float() / scale).half().float()
-    assert float(reference_kernels.quantise(x, torch.float8_e4m3fn, scale).float()) == float(
-        via_fp16.to(torch.float8_e4m3fn).float()
-    )
+    """``tmp.data /= scale`` on a half: the quotient is rounded to fp16 before the fp8 cast.
+    1.1875 / 1.00001 is just below e4m3's midpoint between 1.125 and 1.25 in float32, and on it
+    in fp16, where the tie goes to the even 1.25."""
+    x = torch.tensor([1.1875], dtype=torch.float16)
+    assert float((x.float() / 1.00001).to(torch.float8_e4m3fn).float()) == 1.125  # float32 path
+    assert float(reference_kernels.quantise(x, torch.float8_e4m3fn, 1.00001).float()) == 1.25
 
 
 def _mutated(mutation: str, extra_env: dict[str, str] | None = None) -> dict:
