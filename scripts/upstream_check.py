@@ -240,8 +240,13 @@ def main(argv: list[str]) -> int:
         if "rows" not in stock_result:
             wrong[case["case"]] = stock_result.get("error", "no rows")
             continue
+        # On a non-causal batch only the context-free rows can be right: the prefill kernel drops
+        # context and the extend path runs causally (docs/upstream/README.md, "Also seen")
+        judged = case.get("configuration", {}).get("causal", True)
         bad = [
-            r["req_id"] for r in stock_result["rows"] if r["nan"] or r["error"] > case["tolerance"]
+            r["req_id"]
+            for r in stock_result["rows"]
+            if (judged or not r["context"]) and (r["nan"] or r["error"] > case["tolerance"])
         ]
         more_chunks = isinstance(case.get("v1_stock_chunks"), int) and (
             stock_result["chunks"] > case["v1_stock_chunks"]
