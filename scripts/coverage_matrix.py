@@ -6,7 +6,8 @@
 Rows are the configurations operators serve; columns are the CPU forward tier on each CI release
 and the MI300 tier. A cell says ``verified`` (with how many cases), ``n/a`` or ``not verified``,
 each with its reason. A configuration is verified on a CPU release where a forward case in it runs
-there (the cases and ``releases.NON_CAUSAL_V2_BATCHES`` decide); the MI300 tier runs the same cases,
+there (the cases, ``releases.NON_CAUSAL_V2_BATCHES`` and ``releases.SHUFFLE_LAYOUT_RUNS`` decide);
+the MI300 tier runs the same cases,
 but no run on an MI300 is on record, so its cells say so. Needs the installed plugin and torch
 (``diagnostics/forward/cases.py``); the tests run it in the test environment.
 """
@@ -54,8 +55,8 @@ ROWS: tuple[Row, ...] = (
     ),
     (
         "shuffle KV layout",
-        None,
-        "no case: needs the flag on in-process and a shuffle decode reference",
+        lambda c: c.shuffle,
+        "the plugin's builder runs vLLM's build() code; vLLM's shuffle write and gather run",
     ),
     (
         "attention sinks",
@@ -70,10 +71,18 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def _why_not(case: ForwardCase, release: str) -> str | None:
+    if not case.causal and release not in releases.NON_CAUSAL_V2_BATCHES:
+        return "this release's model-runner V2 builds causal batches only"
+    if case.shuffle and release not in releases.SHUFFLE_LAYOUT_RUNS:
+        return "this release's shuffle layout interleaves K and V, which its decode cannot read"
+    return None
+
+
 def _cpu_cell(cases: list[ForwardCase], release: str, meaning: str) -> str:
-    runnable = [c for c in cases if c.causal or release in releases.NON_CAUSAL_V2_BATCHES]
+    runnable = [c for c in cases if _why_not(c, release) is None]
     if not runnable:
-        return "n/a: this release's model-runner V2 builds causal batches only"
+        return f"n/a: {_why_not(cases[0], release)}"
     verified = f"verified ({len(runnable)} case{'s' * (len(runnable) > 1)})"
     return f"{verified}: {meaning}" if meaning else verified
 

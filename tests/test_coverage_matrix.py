@@ -8,7 +8,7 @@ import vllm
 
 from tests.subprocess_util import check_generated
 from vllm_rocm_aiter_plugin import releases
-from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
@@ -22,3 +22,10 @@ def test_the_non_causal_fact_holds_on_the_installed_release():
         pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
     builds = runner.builds_non_causal_batches()
     assert (vllm.__version__ in releases.NON_CAUSAL_V2_BATCHES) == builds
+
+
+def test_the_shuffle_layout_fact_holds_on_the_installed_release():
+    if vllm.__version__ not in releases.CI:
+        pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
+    runs = harness.shuffle_layout_unavailable() is None
+    assert (vllm.__version__ in releases.SHUFFLE_LAYOUT_RUNS) == runs

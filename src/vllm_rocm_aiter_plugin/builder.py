@@ -30,6 +30,7 @@ from vllm.v1.attention.backends import rocm_aiter_fa as aiter_fa
 from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadata,
     AiterFlashAttentionMetadataBuilder,
+    rocm_aiter_ops,
 )
 
 from vllm_rocm_aiter_plugin import envs
@@ -189,11 +190,15 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         common_attn_metadata: CommonAttentionMetadata,
         fast_build: bool = False,
     ) -> AiterFlashAttentionMetadata:
-        # The fp8 shuffle KV-cache layout is a process-wide vLLM setting; stock's build() reads it
-        # on every build too, and keeps extra scale state for it that the own body does not.
-        if self.uses_own_build and not aiter_fa.rocm_aiter_ops.is_shuffle_kv_cache_enabled():
+        if self.uses_own_build and not self.shuffle_kv_cache_layout():
             return self._own_build(common_prefix_len, common_attn_metadata)
         return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
+
+    def shuffle_kv_cache_layout(self) -> bool:
+        """Whether vLLM serves the shuffle KV-cache layout (``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT``,
+        process-wide; stock's build() reads it on every build too). The own body does not keep
+        the scale state that layout needs on every release, so vLLM's build() code runs."""
+        return bool(rocm_aiter_ops.is_shuffle_kv_cache_enabled())
 
     # The own body. Each method mirrors the part of vLLM's build() it names; values a release's
     # metadata does not declare are neither computed nor passed.

@@ -25,6 +25,12 @@ NON_CAUSAL_V2_BATCHES: frozenset[str] = frozenset({"0.33.0"})
 read). The coverage matrix of ``docs/testing.md`` reads it; a test checks it against the
 installed release."""
 
+SHUFFLE_LAYOUT_RUNS: frozenset[str] = frozenset({"0.33.0"})
+"""Of the CI releases, those whose shuffle KV-cache layout stock itself runs right: K and V as
+dense planes of pages (``customize_spec`` head slots, LHBNC), which AITER's shuffle decode reads;
+0.23.0 keeps them interleaved within each block (``get_kv_cache_shape``). The coverage matrix
+reads it; a test checks it against the installed release."""
+
 DEMO = "0.23.0"
 """The release the main job (``bash scripts/nox -s demo``) shows: affected by all three bugs."""
 

@@ -2,7 +2,8 @@
 kernels (``cp_mha_gather_cache``, the ROCm merge), in this process on the GPU.
 
 Same case list (``diagnostics/forward/cases.py``) and same assertions (``tests/forward_checks.py``)
-as the CPU tier; nothing is replaced. The first run here also checks what the CPU tier's torch
+as the CPU tier; no kernel is replaced (the shuffle-layout cases switch that layout on for vLLM's
+methods through private globals, as on CPU). The first run here also checks what the CPU tier's torch
 references assume of AITER (a query with no key gives output 0 and lse -inf; causal masks aligned
 bottom-right): if a reference is wrong, the two tiers disagree on the same case.
 """

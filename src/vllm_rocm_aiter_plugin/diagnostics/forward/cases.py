@@ -92,7 +92,12 @@ class ForwardCase:
     k_scale: float = 1.0
     v_scale: float = 1.0
     causal: bool = True  # CommonAttentionMetadata.causal (0.33 builds non-causal batches)
+    kv_cache_layout: str = "NHD"  # "SHUFFLE": VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1
     note: str = ""
+
+    @property
+    def shuffle(self) -> bool:
+        return self.kv_cache_layout == "SHUFFLE"
 
     @property
     def fp8(self) -> bool:
@@ -246,11 +251,13 @@ def reads_cache(case: ForwardCase, region: str) -> bool:
 
 def as_cached(case: ForwardCase, values: torch.Tensor, scale: float) -> torch.Tensor:
     """``values`` as a kernel reads them back from this case's cache (float32): written through
-    fp8 and multiplied by the scale where the cache is fp8, as written where it is not."""
+    fp8 and multiplied by the scale where the cache is fp8 (divided in float32 by the shuffle
+    layout's Triton write), as written where it is not."""
     if not case.fp8:
         return values.float()
     assert case.fp8_dtype is not None
-    return dequantise(quantise(values, case.fp8_dtype, scale), scale)
+    written = quantise(values, case.fp8_dtype, scale, float32_division=case.shuffle)
+    return dequantise(written, scale)
 
 
 def dense_reference(
@@ -490,6 +497,42 @@ CASES: tuple[ForwardCase, ...] = (
         k_scale=0.05,
         v_scale=0.08,
         note="moved prompts read their own tokens back through fp8 under a window",
+    ),
+    # The shuffle KV-cache layout (VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1, gfx950 images): the
+    # plugin's builder runs vLLM's build() code there; vLLM's shuffle write and gather, AITER's
+    # paged_attention_common for decodes. One query token per decode (the layout refuses EAGLE's
+    # multi-token decodes and sliding windows).
+    ForwardCase(
+        "v2-shuffle-fp8-e4m3fnuz",
+        FP8_STEP,
+        "v2",
+        kv_cache_dtype="fp8",
+        k_scale=0.05,
+        v_scale=0.08,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout on an fp8 cache, MI300's format",
+    ),
+    ForwardCase(
+        "v1-shuffle-fp8-e4m3fn",
+        FP8_STEP,
+        "v1",
+        kv_cache_dtype="fp8",
+        fp8_format="float8_e4m3fn",
+        k_scale=0.05,
+        v_scale=0.08,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout on an fp8 cache, gfx950's format",
+    ),
+    ForwardCase(
+        "v2-shuffle-bf16-head128",
+        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 300, 40)),
+        "v2",
+        dtype="bfloat16",
+        head_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout on a 16-bit cache",
     ),
 )
 

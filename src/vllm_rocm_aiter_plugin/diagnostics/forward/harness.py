@@ -22,9 +22,10 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -33,18 +34,21 @@ from vllm_rocm_aiter_plugin.rebind import loads_global, with_globals
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 GATHER_NAME = "cp_mha_gather_cache"
+SHUFFLE_WRITE_NAME = "reshape_and_cache_shuffle_triton"
+AITER_OPS_NAME = "rocm_aiter_ops"
 
 
 @functools.cache
-def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
-    """vLLM's ``cp_mha_gather_cache``: the module's own on ROCm, else loaded from its source (the
-    body of its ``if current_platform.is_rocm():`` block without its imports from AITER, which
-    cannot load off ROCm and which the gather kernel does not use; 0.29-0.32 import AITER's
+def vllm_rocm_kernel(name: str) -> tuple[Callable[..., Any] | None, str]:
+    """vLLM's ROCm-only Triton function ``name`` of ``rocm_aiter_fa`` (``cp_mha_gather_cache``,
+    ``reshape_and_cache_shuffle_triton``): the module's own on ROCm, else loaded from its source
+    (the body of its ``if current_platform.is_rocm():`` block without its imports from AITER,
+    which cannot load off ROCm and which these kernels do not use; 0.29-0.32 import AITER's
     Gluon decode there; run in a copy of the module's namespace). Returns (function or None,
     where it came from or why it is missing)."""
     from vllm.v1.attention.backends import rocm_aiter_fa
 
-    own = vars(rocm_aiter_fa).get(GATHER_NAME)
+    own = vars(rocm_aiter_fa).get(name)
     if own is not None:
         return own, "vLLM's (ROCm)"
     try:
@@ -53,8 +57,17 @@ def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
         HAS_TRITON = False
     if not HAS_TRITON:
         return None, "vLLM disabled Triton in this process (no interpreter environment)"
-    source = inspect.getsource(rocm_aiter_fa)
-    tree = ast.parse(source)
+    namespace = _rocm_block_namespace()
+    if name not in namespace:
+        return None, f"this vLLM defines no {name} under is_rocm()"
+    return namespace[name], "vLLM's Triton kernel, under the Triton interpreter"
+
+
+@functools.cache
+def _rocm_block_namespace() -> dict[str, Any]:
+    from vllm.v1.attention.backends import rocm_aiter_fa
+
+    tree = ast.parse(inspect.getsource(rocm_aiter_fa))
     blocks = [
         node
         for node in tree.body
@@ -63,12 +76,17 @@ def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
         and any(isinstance(n, ast.FunctionDef) and n.name == GATHER_NAME for n in node.body)
     ]
     if not blocks:
-        return None, "this vLLM defines no cp_mha_gather_cache under is_rocm()"
+        return {}
     namespace = dict(vars(rocm_aiter_fa))
     body = [node for node in blocks[0].body if not _imports_aiter(node)]
     module = ast.Module(body=body, type_ignores=[])
     exec(compile(module, rocm_aiter_fa.__file__, "exec"), namespace)
-    return namespace[GATHER_NAME], "vLLM's Triton kernel, under the Triton interpreter"
+    return namespace
+
+
+def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
+    """vLLM's ``cp_mha_gather_cache`` (:func:`vllm_rocm_kernel`)."""
+    return vllm_rocm_kernel(GATHER_NAME)
 
 
 def _imports_aiter(node: ast.stmt) -> bool:
@@ -116,6 +134,104 @@ class Gather:
         self.checked_tokens += count
 
 
+@dataclass
+class ShuffleWrite:
+    """The ``reshape_and_cache_shuffle_triton`` the impl calls under the shuffle layout off
+    ROCm: vLLM's Triton kernel, under the interpreter.
+
+    For an fp8 cache the reference writes the cache and vLLM's kernel writes a copy, which must
+    agree to within the Triton interpreter's float32-to-fp8 conversion: it does not round to
+    nearest even as the GPU and the reference do (measured: one fp8 step off in about 0.5% of
+    values), and it loses the carry of a mantissa that rounds up to the next power of two,
+    storing half that power (15.87 becomes 8, not 16; about 3%). Anything else (a wrong slot,
+    layout or scale) raises ``LauncherError``. A 16-bit cache is written by vLLM's kernel
+    itself and checked against the reference, which must agree exactly."""
+
+    kernel: Callable[..., Any] | None
+    kernel_calls: int = 0
+    reference_calls: int = 0
+    interpreter_carry_losses: int = 0
+    interpreter_rounding_steps: int = 0
+
+    def __call__(self, *args: Any) -> None:
+        (key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scales,
+         v_scales) = args  # fmt: skip
+        if self.kernel is None:
+            raise reference_kernels.LauncherError(
+                "no reshape_and_cache_shuffle_triton in this process"
+            )
+        expected = [key_cache.clone(), value_cache.clone()]
+        reference_kernels.reshape_and_cache_shuffle(
+            key, value, expected[0], expected[1], slot_mapping, kv_cache_dtype, k_scales, v_scales
+        )
+        self.kernel_calls += 1
+        written = [key_cache.clone(), value_cache.clone()]
+        self.kernel(key, value, *written, slot_mapping, kv_cache_dtype, k_scales, v_scales)
+        fp8 = key_cache.dtype in reference_kernels.FP8_DTYPES
+        for want, got in zip(expected, written, strict=True):
+            differ = want.view(torch.uint8) != got.view(torch.uint8)
+            if not fp8 and bool(differ.any()):
+                raise reference_kernels.LauncherError(
+                    "the shuffle-write reference disagrees with vLLM's kernel"
+                )
+            if not bool(differ.any()):
+                continue
+            wanted, gotten = want[differ].float(), got[differ].float()
+            exponent = wanted.abs().log2()
+            carry_lost = (exponent == exponent.round()) & (gotten == wanted / 2)
+            smallest = torch.finfo(key_cache.dtype).smallest_normal
+            step = torch.exp2(exponent.floor().clamp(min=math.log2(smallest)) - 3)
+            one_step = (gotten - wanted).abs() <= step
+            if not bool((carry_lost | one_step).all()):
+                raise reference_kernels.LauncherError(
+                    "the shuffle-write reference disagrees with vLLM's kernel beyond the "
+                    "interpreter's fp8 conversion"
+                )
+            self.interpreter_carry_losses += int(carry_lost.sum())
+            self.interpreter_rounding_steps += int((one_step & ~carry_lost).sum())
+        if fp8:
+            self.reference_calls += 1
+            key_cache.copy_(expected[0])
+            value_cache.copy_(expected[1])
+        else:
+            key_cache.copy_(written[0])
+            value_cache.copy_(written[1])
+
+
+def shuffle_layout_ops() -> type:
+    """vLLM's ``rocm_aiter_ops`` answering True to ``is_shuffle_kv_cache_enabled()`` (a subclass:
+    every other operation is vLLM's own). vLLM's methods that read the flag see it through
+    private globals (:func:`runnable_backend`); the process's own flag is left as it is."""
+    from vllm._aiter_ops import rocm_aiter_ops
+
+    return type(
+        "RocmAiterOpsWithShuffleLayout",
+        (rocm_aiter_ops,),
+        {"is_shuffle_kv_cache_enabled": classmethod(lambda cls: True)},
+    )
+
+
+def shuffle_layout_unavailable() -> str | None:
+    """Why stock's shuffle KV-cache layout cannot run right on this vLLM, or None: it has no
+    shuffle layout, or its cache keeps K and V interleaved within each block
+    (``get_kv_cache_shape``), which AITER's shuffle decode cannot read (it derives a page's
+    address from the block number; vLLM 0.33.0 asserts dense planes, which its
+    ``customize_spec`` head slots and LHBNC layout give)."""
+    from vllm.v1.attention.backends import rocm_aiter_fa
+
+    backend = rocm_aiter_fa.AiterFlashAttentionBackend
+    if not loads_global(rocm_aiter_fa.AiterFlashAttentionImpl.do_kv_cache_update.__code__,
+                        SHUFFLE_WRITE_NAME):  # fmt: skip
+        return "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
+    if hasattr(backend, "get_kv_cache_shape"):
+        return (
+            "this vLLM's shuffle layout keeps K and V interleaved within each block, which "
+            "AITER's shuffle decode cannot read (an upstream defect, stock's and the plugin's "
+            "alike: docs/upstream/README.md)"
+        )
+    return None
+
+
 class PlatformWithFp8:
     """vLLM's ``current_platform`` with another answer to ``fp8_dtype()`` (every other attribute
     is the platform's own)."""
@@ -146,13 +262,17 @@ def platform_globals(fp8_dtype: torch.dtype | None) -> dict[str, Any]:
 
 
 def runnable_impl(
-    impl_cls: type, gather: Gather | None, fp8_dtype: torch.dtype | None = None
+    impl_cls: type,
+    gather: Gather | None,
+    fp8_dtype: torch.dtype | None = None,
+    shuffle_write: ShuffleWrite | None = None,
 ) -> type:
     """``impl_cls`` itself where vLLM has its gather kernel and the platform's fp8 format is
     ``fp8_dtype``; elsewhere a subclass whose vLLM methods that call ``cp_mha_gather_cache``
     (``extend_forward``, the sliding-window path) see ``gather`` and whose methods that read
-    ``current_platform`` see :func:`platform_globals`. The class's own overrides stay in front
-    of them (its ``super()`` reaches them)."""
+    ``current_platform`` see :func:`platform_globals`. With ``shuffle_write`` (the shuffle
+    layout) its methods also see :func:`shuffle_layout_ops` and, where vLLM has none, that
+    write. The class's own overrides stay in front of them (its ``super()`` reaches them)."""
     from vllm.v1.attention.backends import rocm_aiter_fa
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
 
@@ -161,29 +281,105 @@ def runnable_impl(
         if gather is None:
             raise RuntimeError("no cp_mha_gather_cache in this process; pass a Gather")
         replacements[GATHER_NAME] = gather
+    if shuffle_write is not None:
+        replacements[AITER_OPS_NAME] = shuffle_layout_ops()
+        if SHUFFLE_WRITE_NAME not in vars(rocm_aiter_fa):
+            replacements[SHUFFLE_WRITE_NAME] = shuffle_write
+    return _with_vllm_globals(impl_cls, AiterFlashAttentionImpl, replacements, "Runnable")
+
+
+def _with_vllm_globals(cls: type, vllm_cls: type, replacements: dict[str, Any], tag: str) -> type:
+    """``cls`` (``vllm_cls`` or a subclass of it) whose methods, vLLM's and its own, that read
+    any of ``replacements`` as globals see them (private copies: :func:`with_globals`)."""
     if not replacements:
-        return impl_cls
-    methods = {}
-    for name, function in vars(AiterFlashAttentionImpl).items():
-        if not inspect.isfunction(function):
-            continue
-        read = {k: v for k, v in replacements.items() if loads_global(function.__code__, k)}
-        if read:
-            methods[name] = with_globals(function, read)
-    bound = type("AiterFlashAttentionImplWithGather", (AiterFlashAttentionImpl,), methods)
-    if impl_cls is AiterFlashAttentionImpl:
+        return cls
+
+    def rebound(owner: type) -> dict[str, Any]:
+        methods: dict[str, Any] = {}
+        for name, attribute in vars(owner).items():
+            wrapper = type(attribute) if isinstance(attribute, staticmethod | classmethod) else None
+            function = attribute.__func__ if wrapper is not None else attribute
+            if not inspect.isfunction(function):
+                continue
+            read = {k: v for k, v in replacements.items() if loads_global(function.__code__, k)}
+            if read:
+                copy = with_globals(function, read)
+                methods[name] = wrapper(copy) if wrapper is not None else copy
+        return methods
+
+    bound = type(f"{vllm_cls.__name__}{tag}", (vllm_cls,), rebound(vllm_cls))
+    if cls is vllm_cls:
         return bound
-    return type(f"{impl_cls.__name__}WithGather", (impl_cls, bound), {})
+    own: dict[str, Any] = {}
+    for owner in reversed(cls.__mro__[: cls.__mro__.index(vllm_cls)]):
+        own.update(rebound(owner))
+    return type(f"{cls.__name__}{tag}", (cls, bound), own)
+
+
+@dataclass
+class BuildBodies:
+    """Which body the plugin's builder ran, counted per build: its own, or vLLM's ``build()``
+    code with the plugin's split (``vllm_build``)."""
+
+    own: int = 0
+    vllm: int = 0
+
+    def counting(self, builder_cls: type) -> type:
+        """``builder_cls`` counting into this (the plugin's builder; others as they are)."""
+        if not hasattr(builder_cls, "vllm_build"):
+            return builder_cls
+        bodies = self
+        vllm_build = builder_cls.vllm_build
+        own_build = cast(Any, builder_cls)._own_build
+
+        def counted_vllm_build(*args: Any, **kwargs: Any) -> Any:
+            bodies.vllm += 1
+            return vllm_build(*args, **kwargs)
+
+        def _own_build(self: Any, *args: Any, **kwargs: Any) -> Any:
+            bodies.own += 1
+            return own_build(self, *args, **kwargs)
+
+        return type(
+            builder_cls.__name__,
+            (builder_cls,),
+            {"vllm_build": staticmethod(counted_vllm_build), "_own_build": _own_build},
+        )
+
+
+def runnable_builder(builder_cls: type, shuffle: bool, bodies: BuildBodies | None = None) -> type:
+    """``builder_cls`` whose methods (vLLM's ``build()`` and scale tables, the plugin's own) see
+    :func:`shuffle_layout_ops` where ``shuffle``; counting its bodies into ``bodies``."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
+
+    replacements = {AITER_OPS_NAME: shuffle_layout_ops()} if shuffle else {}
+    cls = _with_vllm_globals(
+        builder_cls, AiterFlashAttentionMetadataBuilder, replacements, "Shuffle"
+    )
+    return bodies.counting(cls) if bodies is not None else cls
 
 
 def runnable_backend(
-    backend_cls: Any, gather: Gather | None, fp8_dtype: torch.dtype | None = None
+    backend_cls: Any,
+    gather: Gather | None,
+    fp8_dtype: torch.dtype | None = None,
+    shuffle_write: ShuffleWrite | None = None,
+    bodies: BuildBodies | None = None,
 ) -> Any:
-    """``backend_cls`` with :func:`runnable_impl` of its impl (builder and the rest unchanged)."""
-    impl = runnable_impl(backend_cls.get_impl_cls(), gather, fp8_dtype)
-    if impl is backend_cls.get_impl_cls():
+    """``backend_cls`` with :func:`runnable_impl` of its impl and :func:`runnable_builder` of its
+    builder (the rest unchanged)."""
+    impl = runnable_impl(backend_cls.get_impl_cls(), gather, fp8_dtype, shuffle_write)
+    builder = runnable_builder(backend_cls.get_builder_cls(), shuffle_write is not None, bodies)
+    if impl is backend_cls.get_impl_cls() and builder is backend_cls.get_builder_cls():
         return backend_cls
-    return type(backend_cls.__name__, (backend_cls,), {"get_impl_cls": staticmethod(lambda: impl)})
+    return type(
+        backend_cls.__name__,
+        (backend_cls,),
+        {
+            "get_impl_cls": staticmethod(lambda: impl),
+            "get_builder_cls": staticmethod(lambda: builder),
+        },
+    )
 
 
 def allocate_kv_cache(
@@ -194,10 +390,20 @@ def allocate_kv_cache(
     head_size: int,
     dtype: torch.dtype,
     device: torch.device,
+    shuffle: bool = False,
 ) -> torch.Tensor:
     """A zeroed KV cache in the layout the backend asks for: its ``get_kv_cache_shape`` where it
     has one (0.20-0.28), else the logical ``[blocks, kv_heads, block_size, 2 * head_size]`` in its
-    first supported layout (0.29 onwards, LBHNC: that shape, contiguous)."""
+    first supported layout (0.29 onwards, LBHNC: that shape, contiguous). Under the shuffle
+    layout from 0.29 on, ``customize_spec`` publishes K and V as two head slots of
+    ``kv_heads * head_size`` and the layout is LHBNC, the slots outermost, so that each side is
+    one dense plane of pages (``supported_kv_cache_layouts``; the shuffle decode asserts it):
+    ``[blocks, 2, block_size, kv_heads * head_size]`` viewed over ``[2, blocks, ...]``."""
+    if shuffle and not hasattr(backend, "get_kv_cache_shape"):
+        planes = torch.zeros(
+            2, num_blocks, block_size, num_kv_heads * head_size, dtype=dtype, device=device
+        )
+        return planes.transpose(0, 1)
     try:
         shape = backend.get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size)
     except (AttributeError, NotImplementedError):

@@ -55,16 +55,19 @@ def _check(condition: bool, message: str) -> None:
         raise LauncherError(message)
 
 
-def quantise(x: torch.Tensor, fp8_dtype: torch.dtype, scale: float) -> torch.Tensor:
+def quantise(
+    x: torch.Tensor, fp8_dtype: torch.dtype, scale: float, float32_division: bool = False
+) -> torch.Tensor:
     """vLLM's ROCm cache write of ``x`` into an fp8 cache: ``x / scale`` (in fp16 for an fp16
     ``x``: ``tmp.data /= scale`` on a ``__half_raw``; in float32 for bf16), then converted with
     the fp8 type's default saturation, ``__HIP_SATFINITE`` (out-of-range values become the
     largest finite value of their sign, NaN stays NaN), rounding to nearest even
     (``scaled_vec_conversion<uint8_t, ...>``, ``csrc/quantization/fp8/amd/quant_utils.cuh``,
-    vLLM main, read for 0.23.0 and 0.33.0)."""
+    vLLM main, read for 0.23.0 and 0.33.0). ``float32_division``: the shuffle layout's Triton
+    write, ``(k_val.to(tl.float32) / k_scale).to(k_dtype)`` (:func:`reshape_and_cache_shuffle`)."""
     _check(fp8_dtype in FP8_DTYPES, f"{fp8_dtype} is not an fp8 cache format")
     scaled = x.float() / scale
-    if x.dtype == torch.float16:
+    if x.dtype == torch.float16 and not float32_division:
         scaled = scaled.half().float()
     largest = torch.finfo(fp8_dtype).max
     return scaled.clamp(-largest, largest).to(fp8_dtype)
@@ -417,7 +420,9 @@ def cp_mha_gather_cache(
     up to its token budget and on the first tokens of every larger one, and which must agree
     (``harness.Gather``). With ``dequant`` an fp8 cache is read as the kernel does:
     ``(float(fp8) * scale).to(workspace dtype)``, one scale (``tl.load(k_scale_ptr)``)."""
-    _check(kv_cache_layout == "NHD", "only the NHD layout is referenced")
+    _check(kv_cache_layout in ("NHD", "SHUFFLE"), f"kv_cache_layout {kv_cache_layout!r}")
+    if kv_cache_layout == "SHUFFLE":  # read through the shuffle views (the kernel's branch)
+        key_cache, value_cache = unshuffled(*shuffled_views(key_cache, value_cache))
     fp8 = key_cache.dtype in FP8_DTYPES
     _check(dequant == fp8, f"dequant={dequant} for a {key_cache.dtype} cache")
     _check(total_tokens <= key.shape[0], f"{total_tokens} tokens for a {key.shape[0]} workspace")
@@ -436,6 +441,157 @@ def cp_mha_gather_cache(
     for cache, scale, workspace in ((key_cache, k_scales, key), (value_cache, v_scales, value)):
         rows = cache[blocks, positions % block_size]
         workspace[:total_tokens] = dequantise(rows, scale).to(workspace.dtype) if fp8 else rows
+
+
+SHUFFLE_BYTES = 16
+"""The shuffle layout's vector width in bytes: ``x = 16 // element_size`` elements (vLLM's
+``reshape_and_cache_shuffle_triton`` and ``cp_mha_gather_cache``; AITER's ``pa_fwd``)."""
+
+
+def shuffled_views(
+    key_cache: torch.Tensor, value_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A side of the shuffle layout as vLLM hands it to the kernels (``[blocks, block_size,
+    kv_heads, d]``, reinterpreted in place) -> its 5-D views, K ``[blocks, kv_heads, d // x,
+    block_size, x]`` and V ``[blocks, kv_heads, block_size // x, d, x]``: the write kernel's
+    offsets and the reshape of vLLM's shuffle decode call (``rocm_aiter_fa.py``, 0.23.0 and
+    0.33.0), AITER's ``pa_fwd`` (``csrc/include/attention_asm.h``)."""
+    blocks, block_size, kv_heads, d = key_cache.shape
+    x = SHUFFLE_BYTES // key_cache.element_size()
+    _check(d % x == 0 and block_size % x == 0, f"d {d}, block size {block_size}: not x={x} tiles")
+    return (
+        key_cache.reshape(blocks, kv_heads, d // x, block_size, x),
+        value_cache.reshape(blocks, kv_heads, block_size // x, d, x),
+    )
+
+
+def unshuffled(k5: torch.Tensor, v5: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 5-D shuffle views -> ``[blocks, block_size, kv_heads, d]`` copies (token-major)."""
+    blocks, kv_heads, _, block_size, _ = k5.shape
+    d = v5.shape[3]
+    keys = k5.permute(0, 3, 1, 2, 4).reshape(blocks, block_size, kv_heads, d)
+    values = v5.permute(0, 2, 4, 1, 3).reshape(blocks, block_size, kv_heads, d)
+    return keys, values
+
+
+def reshape_and_cache_shuffle(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache_dtype: str,
+    k_scales: torch.Tensor,
+    v_scales: torch.Tensor,
+) -> None:
+    """vLLM's ``reshape_and_cache_shuffle_triton``: token ``i`` to slot ``slot_mapping[i]``
+    (negative: skipped) in the shuffle layout (:func:`shuffled_views`); an fp8 cache gets
+    ``(float32(x) / scale).to(fp8)`` with one scale (``tl.load(k_scale_ptr)``), rounded to
+    nearest even (the GPU's conversion; the Triton interpreter's differs, ``harness.ShuffleWrite``).
+    Source: the kernel in ``rocm_aiter_fa.py``, 0.23.0 and 0.33.0."""
+    _cache_dtype_matches(kv_cache_dtype, key_cache)
+    _cache_dtype_matches(kv_cache_dtype, value_cache)
+    k5, v5 = shuffled_views(key_cache, value_cache)
+    block_size = key_cache.shape[1]
+    x = k5.shape[-1]
+    n = slot_mapping.shape[0]
+    slots = slot_mapping.long()
+    valid = slots >= 0
+    _check(bool((slots[valid] < key_cache.shape[0] * block_size).all()), "slot past the cache")
+    blocks, offsets = slots[valid] // block_size, slots[valid] % block_size
+    d = key.shape[-1]
+    dims = torch.arange(d, device=key.device)
+    for new, cache, scale, side in ((key, k5, k_scales, "k"), (value, v5, v_scales, "v")):
+        rows = new[:n][valid]  # [tokens, kv_heads, d]
+        if kv_cache_dtype != "auto":
+            rows = quantise(rows, cache.dtype, float(scale.reshape(-1)[0]), float32_division=True)
+        rows = rows.to(cache.dtype)
+        b = blocks[:, None, None]
+        h = torch.arange(rows.shape[1], device=key.device)[None, :, None]
+        o = offsets[:, None, None]
+        if side == "k":
+            cache[b, h, dims // x, o, dims % x] = rows
+        else:
+            cache[b, h, o // x, dims, o % x] = rows
+
+
+def paged_attention_common(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    tmp_out: torch.Tensor,
+    max_logits: torch.Tensor,
+    exp_sums: torch.Tensor,
+    max_seq_len: int,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_tables_stride0: int,
+    scale: float,
+    K_QScale_hip: torch.Tensor | None = None,
+    V_QScale_hip: torch.Tensor | None = None,
+    K_QScale_asm: torch.Tensor | None = None,
+    V_QScale_asm: torch.Tensor | None = None,
+    out_: torch.Tensor | None = None,
+    kv_cache_dtype: str = "auto",
+    **unused: Any,
+) -> torch.Tensor:
+    """``aiter.paged_attention_common``, the decode kernel vLLM calls under the shuffle layout:
+    one query token per sequence against its ``context_lens`` keys in K ``[blocks, kv_heads,
+    d // x, block_size, x]`` / V ``[blocks, kv_heads, block_size // x, d, x]`` (the shapes of
+    ``pa_fwd``, ``csrc/include/attention_asm.h``; ``num_kv_heads = K.size(1)``,
+    ``block_size = K.size(3)`` in ``paged_attention_common``, ``aiter/ops/attention.py``). It
+    runs AITER's asm kernel (head size 128, large batches; per-slot scale tables
+    ``K_QScale_asm`` ``[blocks, kv_heads, block_size]``) or the HIP kernel (per-tensor
+    ``K_QScale_hip``); the two must describe one scale, which is checked, and an fp8 cache is
+    read as :func:`dequantise` with it. vLLM's call: ``AiterFlashAttentionImpl.forward``,
+    0.23.0 and 0.33.0."""
+    _check(not unused, f"unexpected arguments {sorted(unused)}")
+    _cache_dtype_matches(kv_cache_dtype, K)
+    _cache_dtype_matches(kv_cache_dtype, V)
+    _check(Q.dtype in SUPPORTED_DTYPES, f"Q must be fp16 or bf16, got {Q.dtype}")
+    _check(K.dim() == 5 and V.dim() == 5, "K and V must be the 5-D shuffle views")
+    num_seqs = context_lens.shape[0]
+    _check(Q.shape[0] == num_seqs, f"{Q.shape[0]} query tokens for {num_seqs} sequences")
+    _check(block_tables.shape[0] == num_seqs, "one block-table row per sequence")
+    _check(block_tables_stride0 == block_tables.stride(0), "block_tables_stride0 is not the stride")
+    blocks, kv_heads, _, block_size, _ = K.shape
+    page = K[0].numel()
+    _check(
+        K.stride(0) == page and V.stride(0) == page,
+        "K and V must each be a dense plane of pages: the kernel derives a page's address from "
+        "the block number (vLLM 0.33.0's own assert before this call)",
+    )
+    scales = []
+    for hip, asm, side in ((K_QScale_hip, K_QScale_asm, "K"), (V_QScale_hip, V_QScale_asm, "V")):
+        if kv_cache_dtype == "auto":
+            scales.append(1.0)
+            continue
+        _check(hip is not None and hip.numel() == 1, f"{side}_QScale_hip must be one scale")
+        assert hip is not None
+        value = float(hip.reshape(-1)[0])
+        if asm is not None:
+            _check(
+                tuple(asm.shape) == (blocks, kv_heads, block_size),
+                f"{side}_QScale_asm is {tuple(asm.shape)}, the cache needs "
+                f"{(blocks, kv_heads, block_size)}",
+            )
+            _check(
+                bool((asm == value).all()),
+                f"{side}_QScale_asm holds other values than {side}_QScale_hip ({value})",
+            )
+        scales.append(value)
+    keys, values = unshuffled(K, V)
+    lengths = context_lens.tolist()
+    _check(max(lengths, default=0) <= max_seq_len, f"max_seq_len {max_seq_len} short")
+    out = out_ if out_ is not None else torch.empty_like(Q)
+    for b, length in enumerate(lengths):
+        if length == 0:
+            continue
+        k = dequantise(_paged_keys(keys, block_tables[b], length), scales[0])
+        v = dequantise(_paged_keys(values, block_tables[b], length), scales[1])
+        o, _ = attend(Q[b : b + 1], k, v, scale, True)
+        out[b : b + 1] = o.to(out.dtype)
+    return out
 
 
 def flash_attn_with_kvcache(*args: Any, **kwargs: Any) -> Any:
@@ -501,7 +657,11 @@ def installed(
     modules: dict[str, types.ModuleType] = {}
     if not aiter_available():
         modules = {
-            "aiter": _module("aiter", flash_attn_varlen_func=flash_attn_varlen_func),
+            "aiter": _module(
+                "aiter",
+                flash_attn_varlen_func=flash_attn_varlen_func,
+                paged_attention_common=paged_attention_common,
+            ),
             "aiter.ops": _module("aiter.ops"),
             "aiter.ops.triton": _module("aiter.ops.triton"),
             "aiter.ops.triton.unified_attention": _module(
@@ -513,7 +673,7 @@ def installed(
                 "aiter.ops.triton.attention.mha_v3", flash_attn_with_kvcache=flash_attn_with_kvcache
             ),
         }
-        names.append("aiter.flash_attn_varlen_func")
+        names += ["aiter.flash_attn_varlen_func", "aiter.paged_attention_common"]
         if not getattr(unified_attention_kernel, "is_aiter", False):
             names.append("aiter...unified_attention")
     if not _has_op("aiter", "paged_attention_v1"):

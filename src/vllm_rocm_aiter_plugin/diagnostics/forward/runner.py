@@ -99,6 +99,9 @@ class Runner:
         self.device = device
         self.gather = harness.Gather(kernel, gather_budget)
         self.gather_origin = origin
+        self.shuffle_write = harness.ShuffleWrite(
+            harness.vllm_rocm_kernel(harness.SHUFFLE_WRITE_NAME)[0]
+        )
         self._dirs = tempfile.TemporaryDirectory(prefix="forward-models-")
         self._configs = 0
         self.references: list[str] = []
@@ -122,8 +125,16 @@ class Runner:
             cache_dtype=case.kv_cache_dtype,
         )
 
-    def build(self, case: ForwardCase, kind: str, step: StepTensors) -> tuple[Any, Any, Any]:
-        """(config, layer, metadata) for ``kind``'s backend, through vLLM's build_attn_metadata."""
+    def build(
+        self,
+        case: ForwardCase,
+        kind: str,
+        step: StepTensors,
+        bodies: harness.BuildBodies | None = None,
+    ) -> tuple[Any, Any, Any, torch.Tensor]:
+        """(config, layer, metadata, KV cache) for ``kind``'s backend: the cache bound first (as
+        vLLM binds it before any build: the shuffle layout's scale tables read its shape), then
+        the metadata through vLLM's build_attn_metadata."""
         from vllm_rocm_aiter_plugin.diagnostics import samples
         from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
         from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
@@ -131,11 +142,28 @@ class Runner:
             build_through_v2,
         )
 
-        backend = harness.runnable_backend(backend_for(kind), self.gather, case.fp8_dtype)
+        backend = harness.runnable_backend(
+            backend_for(kind),
+            self.gather,
+            case.fp8_dtype,
+            self.shuffle_write if case.shuffle else None,
+            bodies,
+        )
         config = self.config(case)
         name = samples.attention_layer(config, sliding_window=case.sliding_window, backend=backend)
         layer = config.compilation_config.static_forward_context[name].to(self.device)
         set_kv_scales(layer, case.k_scale, case.v_scale)
+        kv_cache = harness.allocate_kv_cache(
+            layer.attn_backend,
+            step.num_blocks,
+            case.block_size,
+            case.num_kv_heads,
+            case.head_size,
+            torch.uint8 if case.fp8 else getattr(torch, case.dtype),  # vLLM's fp8 spec dtype
+            self.device,
+            shuffle=case.shuffle,
+        )
+        harness.bind_kv_cache(config, layer.layer_name, kv_cache)
         spec = samples.kv_cache_spec(config, sliding_window=case.sliding_window)
         with mock.patch.dict(
             os.environ, {FAST_BUILD_ENV: "0"} if kind == "plugin-vllm-build" else {}
@@ -149,15 +177,18 @@ class Runner:
                 max_query_len=case.max_query_len,
                 with_upper_bound=case.with_upper_bound,
             )
-        return config, layer, meta
+        return config, layer, meta, kv_cache
 
     def run_kind(self, case: ForwardCase, kind: str, step: StepTensors) -> dict[str, Any]:
         result: dict[str, Any] = {"kind": kind}
+        bodies = harness.BuildBodies()
         try:
-            config, layer, meta = self.build(case, kind, step)
+            config, layer, meta, kv_cache = self.build(case, kind, step, bodies)
         except Exception as exc:
             result["error"] = f"build raises {type(exc).__name__}: {exc}"
             return result
+        if bodies.own or bodies.vllm:
+            result["builder_body"] = "own" if bodies.own else "vllm-build"
         result["regions"] = [meta.num_decodes, meta.num_extends, meta.num_prefills]
         result["chunks"] = chunks_of(meta)
         if meta.extend_metadata is not None:
@@ -165,7 +196,7 @@ class Runner:
             result["largest_chunk_tokens"] = max(totals, default=0)
         calls_before = self.unified_attention.calls if self.unified_attention else 0
         try:
-            output = self.forward(case, config, layer, meta, step)
+            output = self.forward(config, layer, meta, step, kv_cache)
         except Exception as exc:
             result["error"] = f"forward raises {type(exc).__name__}: {exc}"
             result["traceback"] = traceback.format_exc(limit=-6)
@@ -177,18 +208,8 @@ class Runner:
         return result
 
     def forward(
-        self, case: ForwardCase, config: Any, layer: Any, meta: Any, step: StepTensors
+        self, config: Any, layer: Any, meta: Any, step: StepTensors, kv_cache: torch.Tensor
     ) -> torch.Tensor:
-        kv_cache = harness.allocate_kv_cache(
-            layer.attn_backend,
-            step.num_blocks,
-            case.block_size,
-            case.num_kv_heads,
-            case.head_size,
-            torch.uint8 if case.fp8 else getattr(torch, case.dtype),  # vLLM's fp8 spec dtype
-            self.device,
-        )
-        harness.bind_kv_cache(config, layer.layer_name, kv_cache)
         if step.context_k.shape[0]:  # earlier steps' tokens, written by vLLM's own cache update
             layer.impl.do_kv_cache_update(
                 layer, step.context_k, step.context_v, kv_cache, step.context_slots
@@ -228,7 +249,12 @@ class Runner:
     ) -> dict[str, Any]:
         why_not = not_applicable_here(case, self.device)
         if why_not:
-            return {"case": case.name, "order": case.order, "not_applicable": why_not}
+            return {
+                "case": case.name,
+                "order": case.order,
+                "configuration": configuration(case),
+                "not_applicable": why_not,
+            }
         start = time.monotonic()
         step = lay_out(case, case.ordered(), self.device, seed)
         result: dict[str, Any] = {
@@ -323,6 +349,7 @@ def configuration(case: ForwardCase) -> dict[str, Any]:
         "gqa": case.num_heads // case.num_kv_heads,
         "sliding_window": case.sliding_window,
         "causal": case.causal,
+        "kv_cache_layout": case.kv_cache_layout,
         "eagle": bool(case.spec_tokens),
     }
 
@@ -330,12 +357,18 @@ def configuration(case: ForwardCase) -> dict[str, Any]:
 def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
     """Why ``case`` cannot run on ``device``, or None: a non-causal case where this release's
     model-runner V2 builds causal batches only; an fp8 format that is not the GPU's own (a GPU
-    reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one)."""
+    reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one); a
+    shuffle-layout case where stock's shuffle layout cannot run right
+    (:func:`harness.shuffle_layout_unavailable`)."""
     if not case.causal and not builds_non_causal_batches():
         return (
             "this release's model-runner V2 builds causal batches only (its "
             "build_attn_metadata takes no causal)"
         )
+    if case.shuffle:
+        unavailable = harness.shuffle_layout_unavailable()
+        if unavailable:
+            return unavailable
     if not case.fp8 or device.type == "cpu":
         return None
     from vllm.platforms import current_platform
@@ -510,6 +543,12 @@ def run(
             "kernel": runner.gather.kernel_calls,
             "reference": runner.gather.reference_calls,
             "kernel_checked_tokens": runner.gather.checked_tokens,
+        }
+        report["shuffle_write_calls"] = {
+            "kernel": runner.shuffle_write.kernel_calls,
+            "reference": runner.shuffle_write.reference_calls,
+            "interpreter_carry_losses": runner.shuffle_write.interpreter_carry_losses,
+            "interpreter_rounding_steps": runner.shuffle_write.interpreter_rounding_steps,
         }
     return report
 
