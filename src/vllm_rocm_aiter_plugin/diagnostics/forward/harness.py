@@ -15,6 +15,10 @@ An fp8 cache is viewed as ``current_platform.fp8_dtype()``. Off ROCm that is OCP
 ``float8_e4m3fn`` (gfx950's); a case in MI300's ``float8_e4m3fnuz`` gives the same methods a
 platform answering that format (:class:`PlatformWithFp8`), in the same private globals. On ROCm
 the hardware's format is the only one, and a case in another cannot run there.
+
+A shuffle-layout case gives vLLM's methods (the impl's and the builders') a ``rocm_aiter_ops``
+that answers True to ``is_shuffle_kv_cache_enabled()`` (:func:`shuffle_layout_ops`), in the same
+private globals, and off ROCm vLLM's shuffle write loaded like the gather (:class:`ShuffleWrite`).
 """
 
 from __future__ import annotations

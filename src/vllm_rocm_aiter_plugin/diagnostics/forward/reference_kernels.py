@@ -1,7 +1,8 @@
 """Torch references for the compiled kernels ROCM_AITER_FA's forward calls that cannot run without
-ROCm: AITER's ``flash_attn_varlen_func``, ``paged_attention_v1`` and, where the ``amd-aiter``
-wheel cannot load (:mod:`.aiter_triton`), Triton ``unified_attention``; vLLM's C op
-``reshape_and_cache_flash``; and, for calls too large for the Triton interpreter,
+ROCm: AITER's ``flash_attn_varlen_func``, ``paged_attention_v1``, ``paged_attention_common`` (the
+shuffle layout's decode) and, where the ``amd-aiter`` wheel cannot load (:mod:`.aiter_triton`),
+Triton ``unified_attention``; vLLM's C op ``reshape_and_cache_flash``; and, to check vLLM's own
+Triton kernels against, its shuffle write and, for calls too large for the Triton interpreter,
 ``cp_mha_gather_cache``.
 
 Each has the signature vLLM calls it with and the kernel's semantics, each pinned to a source in
@@ -14,7 +15,8 @@ its docstring (a CK file, an AITER function or a vLLM call site, with the versio
 Each checks the arguments its kernel relies on (dtypes, shapes, offsets, that the declared maxima
 cover the real lengths) and raises ``LauncherError`` naming what is wrong.
 
-``installed()`` makes them importable the way vLLM imports them (``aiter``,
+``installed()`` makes them importable the way vLLM imports them (``aiter``, whose
+``paged_attention_common`` vLLM's own ``rocm_aiter_ops`` wrapper imports;
 ``aiter.ops.triton.unified_attention``, ``torch.ops.aiter.paged_attention_v1``,
 ``torch.ops._C_cache_ops.reshape_and_cache_flash``) for the duration of a ``with`` block, only
 where the real ones are absent. The MI300 tier's first-run check

@@ -4,9 +4,9 @@ plugin's, and judge every request's output against its dense reference.
 ``python -m vllm_rocm_aiter_plugin.diagnostics.forward.runner [--cases NAME ...] [--json PATH]``
 runs in the current process: on CPU start it with ``harness.INTERPRETER_ENV``
 (:func:`run_in_child` does). Each case reports, per backend ("stock", "plugin"): the regions, the
-context chunks, and per request its region, largest error and whether its output has NaN or inf;
-or the exception the build or forward raised. Cases in V2 order also report how many context
-chunks stock's builder makes for the same requests in V1 order.
+context chunks, which body the plugin's builder ran, and per request its region, largest error and
+whether its output has NaN or inf; or the exception the build or forward raised. Cases in V2
+order also report how many context chunks stock's builder makes for the same requests in V1 order.
 """
 
 from __future__ import annotations
