@@ -60,8 +60,8 @@ ROWS: tuple[Row, ...] = (
     ),
     (
         "attention sinks",
-        None,
-        "no case: what AITER's kernels do with sink_ptr is pinned to no source",
+        lambda c: bool(c.sinks),
+        "each row's softmax counts the sink once (stock's extend merges count it once per call)",
     ),
     (
         "CUDA-graph capture and replay",
@@ -72,6 +72,8 @@ ROWS: tuple[Row, ...] = (
 
 
 def _why_not(case: ForwardCase, release: str) -> str | None:
+    if case.sinks and release not in releases.SINKS:
+        return "this release's ROCM_AITER_FA takes no attention sinks"
     if not case.causal and release not in releases.NON_CAUSAL_V2_BATCHES:
         return "this release's model-runner V2 builds causal batches only"
     if case.shuffle and release not in releases.SHUFFLE_LAYOUT_RUNS:

@@ -236,6 +236,8 @@ def main(argv: list[str]) -> int:
     forward = in_tree(patched_tree, FORWARD)
     wrong = {}
     for case in forward["cases"]:
+        if "not_applicable" in case:  # a case this release cannot build says why; nothing to judge
+            continue
         stock_result = case["stock"]
         if "rows" not in stock_result:
             wrong[case["case"]] = stock_result.get("error", "no rows")

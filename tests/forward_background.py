@@ -10,7 +10,7 @@ from typing import Any
 
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 
-CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2")
+CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2", "v2-sinks")
 
 _lock = threading.Lock()
 _done = threading.Event()

@@ -29,3 +29,9 @@ def test_the_shuffle_layout_fact_holds_on_the_installed_release():
         pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
     runs = harness.shuffle_layout_unavailable() is None
     assert (vllm.__version__ in releases.SHUFFLE_LAYOUT_RUNS) == runs
+
+
+def test_the_sinks_fact_holds_on_the_installed_release():
+    if vllm.__version__ not in releases.CI:
+        pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
+    assert (vllm.__version__ in releases.SINKS) == runner.takes_sinks()

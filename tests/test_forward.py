@@ -97,6 +97,25 @@ def test_the_plugins_impl_is_what_keeps_empty_chunks_finite(report):
     assert forward_checks.nan_rows(case["plugin"]) == set()
 
 
+def test_the_plugins_impl_is_what_counts_the_sink_once(report):
+    """Controls for attention sinks. V2 order: the plugin's builder with vLLM's impl moves the
+    new prompt into the extend path, whose merges count the sink once per call: that row is
+    wrong, the plugin right. V1 order: the plugin's regions are stock's, and stock's row with
+    context is wrong where the plugin's impl makes it right."""
+    case = _case(report, "v2-sinks")
+    control, plugin = case["plugin-builder-only"], case["plugin"]
+    moved = {r["req_id"] for r in control["rows"] if r["region"] == "extend" and not r["context"]}
+    assert moved == {"new-prompt"}
+    assert moved <= forward_checks.bad_rows(control, case["tolerance"])
+    assert forward_checks.bad_rows(plugin, case["tolerance"]) == set()
+    v1 = _case(report, "v1-sinks")
+    assert v1["plugin"]["regions"] == v1["stock"]["regions"]
+    with_context = {r["req_id"] for r in v1["stock"]["rows"] if r["region"] == "extend"}
+    assert with_context == {"continuation"}
+    assert forward_checks.bad_rows(v1["stock"], v1["tolerance"]) == with_context
+    assert forward_checks.bad_rows(v1["plugin"], v1["tolerance"]) == set()
+
+
 def test_steps_of_vllms_scheduler(report):
     """Steps of vLLM's Scheduler on the serving trace's workloads where stock drops context in
     V2 order, in V2 and V1 order: the plugin is right on every request; stock only in V1."""

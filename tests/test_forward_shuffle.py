@@ -44,6 +44,17 @@ def test_shuffle_cases_cover_both_orders_both_fp8_formats_and_a_16_bit_cache():
     assert not any(c.spec_tokens or c.sliding_window for c in SHUFFLE_CASES)
 
 
+def test_the_shuffle_gather_reads_two_context_chunks_with_a_context_free_row(report):
+    """The layout's gather, chunk by chunk, in an extend region holding a moved new prompt."""
+    case = next(c for c in _ran(report) if c["case"] == "multi-chunk-v2-shuffle-fp8")
+    if "not_applicable" in case:
+        pytest.skip(case["not_applicable"])
+    plugin = case["plugin"]
+    assert plugin["chunks"] == 2
+    moved = [r for r in plugin["rows"] if r["region"] == "extend" and not r["context"]]
+    assert [r["req_id"] for r in moved] == ["new-prompt"]
+
+
 def test_shuffle_cases_run_where_stocks_layout_runs(report):
     unavailable = harness.shuffle_layout_unavailable()
     for case in _ran(report):

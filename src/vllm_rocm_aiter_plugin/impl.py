@@ -1,5 +1,6 @@
 """The ROCM_AITER_FA attention impl the plugin registers: vLLM's impl, with empty context chunks
-kept empty on releases whose merge turns them into NaN.
+kept empty on releases whose merge turns them into NaN, and a layer's attention sink counted once
+in the extend path.
 
 The plugin's split puts new prompts (no context) in the extend region when model-runner V2 sorts
 them before a row with context. ``AiterFlashAttentionImpl.extend_forward`` merges the context
@@ -8,8 +9,14 @@ each chunk-to-chunk merge are empty (lse = -inf). vLLM's Triton merge up to 0.25
 ``exp(-inf - -inf)`` there: NaN. Where the installed release's merge does that (probed once per
 device, dtype and head size, by running it on two empty states), the extend path runs vLLM's own
 ``extend_forward`` code with a merge that keeps both-empty rows empty (output 0, lse -inf);
-everywhere else it is vLLM's ``extend_forward`` unchanged. Why, and when it can go:
-``docs/deviations.md``, "impl: empty context chunks".
+everywhere else the merge is vLLM's own. Why, and when it can go:
+``docs/deviations.md``, "impl: empty context chunks stay empty".
+
+With attention sinks (gpt-oss), ``extend_forward`` passes ``sink_ptr`` to the new-token call and
+to every context-chunk call of AITER's ``flash_attn_varlen_func``, and CK's kernel counts the sink
+in each call's softmax and lse; the merges then count it once per call. The plugin runs vLLM's
+code with the sink passed to the new-token call only (the call every row has keys in), so the
+merged softmax counts it once. ``docs/deviations.md``, "impl: the attention sink counted once".
 
 The extend path never runs under CUDA-graph capture (ROCM_AITER_FA captures uniform decode batches
 only), so the one probe, a tiny merge and a host read, happens in eager mode.
@@ -29,9 +36,10 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
 )
 
 from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
-from vllm_rocm_aiter_plugin.rebind import with_globals
+from vllm_rocm_aiter_plugin.rebind import loads_global, with_globals
 
 MERGE_GLOBAL_NAME = "merge_attn_states"
+OPS_GLOBAL_NAME = "rocm_aiter_ops"
 
 _probe_lock = threading.Lock()
 _probed: dict[tuple[str, torch.dtype, int, Callable[..., Any]], bool] = {}
@@ -99,26 +107,74 @@ def keep_empty_states_empty(merge: Callable[..., Any]) -> Callable[..., Any]:
     return merge_with_empty_guard
 
 
+def sink_in_new_token_call_only(ops: type[Any]) -> type[Any]:
+    """``ops`` (vLLM's ``rocm_aiter_ops``) whose ``flash_attn_varlen_func`` keeps ``sink_ptr``
+    only on the call whose keys are the queries' own tokens (``cu_seqlens_k`` is
+    ``cu_seqlens_q``): in ``extend_forward`` that is the new-token call, where every row has keys;
+    the context-chunk calls run without it. CK's forward
+    pipeline folds a sink into each call's softmax and lse (running max starts at the sink, the
+    running sum at 1; a row with no keys gets lse = sink), so a merge of calls that all carry it
+    counts it once per call; carried by one call whose rows all have keys, it is counted once."""
+    vllm_call = ops.flash_attn_varlen_func
+
+    def flash_attn_varlen_func(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("cu_seqlens_k") is not kwargs.get("cu_seqlens_q"):
+            kwargs["sink_ptr"] = None
+        return vllm_call(*args, **kwargs)
+
+    return type(f"SinkOnce{ops.__name__}", (ops,), {
+        "flash_attn_varlen_func": staticmethod(flash_attn_varlen_func),
+        "__doc__": sink_in_new_token_call_only.__doc__,
+    })  # fmt: skip
+
+
 @functools.cache
-def _guarded(extend_forward: Callable[..., Any]) -> Callable[..., Any]:
-    """vLLM's ``extend_forward`` code with its ``merge_attn_states`` global guarded."""
-    merge = extend_forward.__globals__[MERGE_GLOBAL_NAME]
-    return with_globals(extend_forward, {MERGE_GLOBAL_NAME: keep_empty_states_empty(merge)})
+def _rebound(
+    extend_forward: Callable[..., Any], guard_merge: bool, sink_once: bool
+) -> Callable[..., Any]:
+    """vLLM's ``extend_forward`` code with its ``merge_attn_states`` global guarded and/or its
+    ``rocm_aiter_ops`` global passing the sink to the new-token call only."""
+    replacements: dict[str, Any] = {}
+    if guard_merge:
+        merge = extend_forward.__globals__[MERGE_GLOBAL_NAME]
+        replacements[MERGE_GLOBAL_NAME] = keep_empty_states_empty(merge)
+    if sink_once:
+        if loads_global(extend_forward.__code__, OPS_GLOBAL_NAME):
+            ops = extend_forward.__globals__[OPS_GLOBAL_NAME]
+            replacements[OPS_GLOBAL_NAME] = sink_in_new_token_call_only(ops)
+        else:  # a release whose extend path calls AITER otherwise: its own behaviour, said once
+            from vllm.logger import init_logger
+
+            init_logger(LOGGER_NAME).warning(
+                "This vLLM's extend_forward does not call rocm_aiter_ops from its module globals; "
+                "the plugin cannot count attention sinks once there and leaves vLLM's behaviour."
+            )
+    if not replacements:
+        return extend_forward
+    return with_globals(extend_forward, replacements)
 
 
 class PluginAiterFlashAttentionImpl(AiterFlashAttentionImpl):
-    """vLLM's ``AiterFlashAttentionImpl``; only ``extend_forward`` differs, and only when the
-    context comes in two chunks or more and the release's merge makes NaN of two empty states."""
+    """vLLM's ``AiterFlashAttentionImpl``; only ``extend_forward`` differs: when the context
+    comes in two chunks or more and the release's merge makes NaN of two empty states, and when
+    the layer has attention sinks and no sliding window (whose extend path is one call)."""
 
     def extend_forward(
         self, attn_metadata: AiterFlashAttentionMetadata, *args: Any, **kwargs: Any
     ) -> Any:
         vllm_extend_forward = super().extend_forward
         extend = attn_metadata.extend_metadata
-        if extend is not None and extend.chunk_context_metadata.num_chunks > 1:
+        chunks = extend.chunk_context_metadata.num_chunks if extend is not None else 0
+        function = vllm_extend_forward.__func__  # type: ignore[attr-defined]
+        guard_merge = False
+        if chunks > 1:
             query = kwargs["query"] if "query" in kwargs else args[0]
-            function = vllm_extend_forward.__func__  # type: ignore[attr-defined]
             merge = function.__globals__[MERGE_GLOBAL_NAME]
-            if merge_makes_nan_of_empty_states(merge, query.device, query.dtype, self.head_size):
-                return _guarded(function)(self, attn_metadata, *args, **kwargs)
+            guard_merge = merge_makes_nan_of_empty_states(
+                merge, query.device, query.dtype, self.head_size
+            )
+        sinks = getattr(self, "sinks", None)  # releases before sink support have no attribute
+        sink_once = chunks > 0 and sinks is not None and self.sliding_window[0] == -1
+        if guard_merge or sink_once:
+            return _rebound(function, guard_merge, sink_once)(self, attn_metadata, *args, **kwargs)
         return vllm_extend_forward(attn_metadata, *args, **kwargs)

@@ -31,6 +31,11 @@ dense planes of pages (``customize_spec`` head slots, LHBNC), which AITER's shuf
 0.23.0 keeps them interleaved within each block (``get_kv_cache_shape``). The coverage matrix
 reads it; a test checks it against the installed release."""
 
+SINKS: frozenset[str] = frozenset({"0.23.0", "0.33.0"})
+"""Of the CI releases, those whose ROCM_AITER_FA takes attention sinks (``supports_sink``, read
+off the 0.23.0 and 0.33.0 wheels). The coverage matrix reads it; a test checks it against the
+installed release."""
+
 DEMO = "0.23.0"
 """The release the main job (``bash scripts/nox -s demo``) shows: affected by all three bugs."""
 

@@ -7,7 +7,8 @@ are wrong. The references assume that (CK's fmha pipelines, ``num_total_loop <= 
 ``[heads, tokens]`` float32 and a causal mask aligned to the bottom right. On MI300 AITER may
 dispatch to ASM kernels whose empty-row behaviour no source shows: this check settles it, for
 each dtype, head size and head ratio the forward cases use, and fails naming the assumption the
-real kernel breaks.
+real kernel breaks. With a sink (``sink_ptr``), each call must count it once, in the output and
+the lse, and give a key-less row lse = the sink: what the plugin's impl relies on to count it once.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _offsets(lengths: list[int], device: torch.device) -> torch.Tensor:
     return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
 
 
-def _extend_call(q, k, v, q_lens, k_lens, causal):
+def _extend_call(q, k, v, q_lens, k_lens, causal, sink_ptr=None):
     """``rocm_aiter_ops.flash_attn_varlen_func`` with the keywords vLLM's extend path passes
     (those this release's wrapper takes)."""
     from vllm._aiter_ops import rocm_aiter_ops
@@ -43,7 +44,7 @@ def _extend_call(q, k, v, q_lens, k_lens, causal):
         "cu_seqlens_q": _offsets(q_lens, q.device), "cu_seqlens_k": _offsets(k_lens, q.device),
         "max_seqlen_q": max(q_lens), "max_seqlen_k": max(k_lens), "min_seqlen_q": min(q_lens),
         "dropout_p": 0.0, "softmax_scale": q.shape[-1] ** -0.5, "causal": causal,
-        "window_size": (-1, -1), "alibi_slopes": None, "return_lse": True, "sink_ptr": None,
+        "window_size": (-1, -1), "alibi_slopes": None, "return_lse": True, "sink_ptr": sink_ptr,
     }  # fmt: skip
     accepted = inspect.signature(rocm_aiter_ops.flash_attn_varlen_func).parameters
     return rocm_aiter_ops.flash_attn_varlen_func(
@@ -110,3 +111,30 @@ def test_the_reference_equals_the_kernel(device, shape, causal):
     )
     lse_error = float((lse.cpu()[finite] - want_lse[finite]).abs().max())
     assert lse_error <= 1e-2, f"assumption 'lse of {assumption}' broken ({shape}): {lse_error}"
+
+
+SINK_SHAPES = sorted(
+    {(c.dtype, c.head_size, c.num_heads, c.num_kv_heads) for c in CASES if c.sinks}
+)
+
+
+@pytest.mark.parametrize("shape", SINK_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_each_call_counts_the_sink_once_and_a_key_less_row_gets_it_as_lse(device, shape):
+    """The sink semantics the references take from CK's source (``reference_kernels.attend``):
+    the sink in the call's softmax and lse once; a row with no keys gives output 0 and lse = the
+    sink. The plugin's impl (and the proposed upstream fix) relies on it to count the sink once."""
+    case = next(c for c in CASES if c.sinks and shape[2] == c.num_heads)
+    sink = case.sink_tensor(device)
+    q, k, v = _inputs(*shape, device)
+    out, lse = _extend_call(q, k, v, Q_LENS, K_LENS, causal=False, sink_ptr=sink)
+    want, want_lse = reference_kernels.flash_attn_varlen_func(
+        q.cpu(), k.cpu(), v.cpu(), _offsets(Q_LENS, torch.device("cpu")),
+        _offsets(K_LENS, torch.device("cpu")), max(Q_LENS), max(K_LENS),
+        softmax_scale=q.shape[-1] ** -0.5, causal=False, return_lse=True, sink_ptr=sink.cpu(),
+    )  # fmt: skip
+    error = float((out.cpu().float() - want.float()).abs().max())
+    assert error <= TOLERANCE[shape[0]], f"assumption 'the sink counted once' broken: {error}"
+    lse_error = float((lse.cpu() - want_lse).abs().max())
+    assert lse_error <= 1e-2, (
+        f"assumption 'lse includes the sink; lse = sink without keys': {lse_error}"
+    )

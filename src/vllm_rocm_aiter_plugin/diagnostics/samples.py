@@ -165,12 +165,14 @@ def attention_layer(
     sliding_window: int | None = None,
     backend: type | None = None,
     layer_index: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> str:
     """Create (once) a real vLLM ``Attention`` layer on ``vllm_config`` and return its name.
 
     The layer registers itself in the config's forward context, where the ROCM_AITER_FA builder
     finds it and reads its sliding window. ``backend`` defaults to vLLM's
-    ``AiterFlashAttentionBackend``.
+    ``AiterFlashAttentionBackend``. ``sinks`` (float32, one per query head) go to the impl as
+    gpt-oss passes them.
     """
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.attention import Attention
@@ -179,6 +181,7 @@ def attention_layer(
         from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend as backend
 
     name = f"model.layers.{layer_index}.self_attn.attn"
+    extra_impl_args: dict[str, Any] = {} if sinks is None else {"sinks": sinks}
     if name not in vllm_config.compilation_config.static_forward_context:
         model = vllm_config.model_config
         head_size = model.get_head_size()
@@ -192,6 +195,7 @@ def attention_layer(
                 per_layer_sliding_window=sliding_window,
                 prefix=name,
                 attn_backend=backend,
+                **extra_impl_args,
             )
     return name
 

@@ -93,6 +93,7 @@ class ForwardCase:
     v_scale: float = 1.0
     causal: bool = True  # CommonAttentionMetadata.causal (0.33 builds non-causal batches)
     kv_cache_layout: str = "NHD"  # "SHUFFLE": VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1
+    sinks: tuple[float, ...] = ()  # one attention-sink logit per query head (gpt-oss); () none
     note: str = ""
 
     @property
@@ -107,6 +108,13 @@ class ForwardCase:
     def fp8_dtype(self) -> torch.dtype | None:
         return getattr(torch, self.fp8_format) if self.fp8 else None
 
+    def sink_tensor(self, device: torch.device) -> torch.Tensor | None:
+        """The layer's sinks as vLLM hands them to the impl (float32, one per query head)."""
+        if not self.sinks:
+            return None
+        assert len(self.sinks) == self.num_heads, f"{self.name}: one sink per query head"
+        return torch.tensor(self.sinks, dtype=torch.float32, device=device)
+
     @property
     def threshold(self) -> int:
         return 1 + self.spec_tokens
@@ -117,7 +125,7 @@ class ForwardCase:
     @classmethod
     def from_json(cls, data: dict) -> ForwardCase:
         requests = tuple(Request(**r) for r in data["requests"])
-        return cls(**{**data, "requests": requests})
+        return cls(**{**data, "requests": requests, "sinks": tuple(data.get("sinks", ()))})
 
     def ordered(self, order: str | None = None) -> list[Request]:
         """The requests in runner order (vLLM's own sort or reorder)."""
@@ -263,8 +271,9 @@ def as_cached(case: ForwardCase, values: torch.Tensor, scale: float) -> torch.Te
 def dense_reference(
     case: ForwardCase, step: StepTensors, row: int, region: str = "prefill"
 ) -> torch.Tensor:
-    """Request ``row``'s true attention output, float32 [query_len, heads, head_size]; with an
-    fp8 cache, what a row of ``region`` reads through the cache is rounded as the cache holds it."""
+    """Request ``row``'s true attention output, float32 [query_len, heads, head_size]: softmax
+    over its keys (and the layer's sink, counted once); with an fp8 cache, what a row of
+    ``region`` reads through the cache is rounded as the cache holds it."""
     ctx, tok = step.context_rows[row], step.token_rows[row]
     own_k, own_v = step.key[tok].float(), step.value[tok].float()
     if reads_cache(case, region):
@@ -275,7 +284,8 @@ def dense_reference(
     keys = torch.cat([as_cached(case, step.context_k[ctx], case.k_scale), own_k])
     values = torch.cat([as_cached(case, step.context_v[ctx], case.v_scale), own_v])
     window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
-    out, _ = attend(step.query[tok], keys, values, case.head_size**-0.5, case.causal, window)
+    sink = case.sink_tensor(step.query.device)
+    out, _ = attend(step.query[tok], keys, values, case.head_size**-0.5, case.causal, window, sink)
     return out
 
 
@@ -321,6 +331,15 @@ FP8_EAGLE = (
     chunk("prefix-hit", 500, 30),
 )
 FP8_EAGLE_CASE = "eagle-mixed-v2-fp8-e4m3fnuz"
+SINK_STEP = (decode("decode", 200), prompt("new-prompt", 20), chunk("continuation", 240, 40))
+SINKS = (6.0, 6.5)  # about the log of these rows' softmax sums: the sink takes a large share
+MULTI_CHUNK_SMALL = (
+    prompt("new-prompt", 2),
+    *(chunk(f"continuation-{i:02d}", 1, 3) for i in range(16)),
+    chunk("long-context", 2000, 4),
+)
+"""A context-free row in a two-chunk extend region: 18 rows share the workspace, so the 2000
+cached tokens of the last one come in two chunks."""
 
 CASES: tuple[ForwardCase, ...] = (
     ForwardCase("v1-mixed", V1_MIXED, "v1", head_size=128, num_heads=4, num_kv_heads=2),
@@ -398,11 +417,7 @@ CASES: tuple[ForwardCase, ...] = (
     ForwardCase("v2-padding-tokens", V2_EXAMPLE, "v2", num_padding_tokens=5),
     ForwardCase(
         "doctor-multi-chunk-v2",
-        (
-            prompt("new-prompt", 2),
-            *(chunk(f"continuation-{i:02d}", 1, 3) for i in range(16)),
-            chunk("long-context", 2000, 4),
-        ),
+        MULTI_CHUNK_SMALL,
         "v2",
         note="a new prompt in a two-chunk extend region, small enough for the doctor",
     ),
@@ -533,6 +548,42 @@ CASES: tuple[ForwardCase, ...] = (
         num_kv_heads=2,
         kv_cache_layout="SHUFFLE",
         note="the shuffle layout on a 16-bit cache",
+    ),
+    ForwardCase(
+        "multi-chunk-v2-shuffle-fp8",
+        MULTI_CHUNK_SMALL,
+        "v2",
+        kv_cache_dtype="fp8",
+        k_scale=0.05,
+        v_scale=0.08,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout's gather in a two-chunk extend region with a context-free row",
+    ),
+    # Attention sinks (gpt-oss: one learned logit per query head in every softmax), sized to take
+    # a visible share of these contexts' softmax: counted twice, a row is off by far more than the
+    # tolerance. Decodes take AITER's unified_attention (the paged kernels have no sinks).
+    ForwardCase("v2-sinks", SINK_STEP, "v2", sinks=SINKS, note="gpt-oss's sinks, V2 order"),
+    ForwardCase(
+        "v1-sinks",
+        SINK_STEP,
+        "v1",
+        sinks=SINKS,
+        note="V1 order: stock's extend path counts the sink once per call",
+    ),
+    ForwardCase(
+        "multi-chunk-v2-sinks",
+        MULTI_CHUNK,
+        "v2",
+        sinks=(6.0, 10.5),  # the second head's sink weighs in on rows with 20000 cached tokens
+        note="a context-free row in a two-chunk extend region, with sinks",
+    ),
+    ForwardCase(
+        "sliding-window-v2-sinks",
+        SINK_STEP,
+        "v2",
+        sliding_window=64,
+        sinks=SINKS,
+        note="gpt-oss's sliding-window layers: the extend path is one call there",
     ),
 )
 

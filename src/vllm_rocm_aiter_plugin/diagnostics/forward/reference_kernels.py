@@ -112,6 +112,7 @@ def attend(
     scale: float,
     causal: bool,
     window: tuple[int, int] = (-1, -1),
+    sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One sequence: q [sq, heads, d], k/v [sk, kv_heads, d] -> (out [sq, heads, d] float32,
     lse [heads, sq] float32).
@@ -125,13 +126,26 @@ def attend(
       ``aiter_meta/3rdparty/composable_kernel`` of that wheel). vLLM's extend path relies on it
       for every context chunk a row has no keys in (``extend_forward``'s ``merge_attn_states``,
       0.23.0 and 0.33.0). AITER's Triton MHA kernels differ (lse 0.0): ``docs/upstream/aiter.md``.
+    - ``sink`` (one logit per query head, in the units of the scaled scores): a key with that
+      score and a zero value, counted once in the softmax and in the lse, so a row with no key
+      gives output 0 and lse = the sink. CK's forward pipelines with a sink start the running
+      maximum at it and the running sum at 1, store ``m + log(l)`` as lse and, on the early exit
+      for a row with no keys, the sink itself (``block_fmha_pipeline_qr_ks_vs.hpp``, composable
+      kernel with ``sink_v``, read in the search corpus; AITER passes ``sink_ptr`` to it since
+      ROCm/aiter#1753); AITER's Triton ``unified_attention`` starts ``M`` at the sink and ``L``
+      at 1 (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
     """
     sq, heads, _ = q.shape
     sk, kv_heads = k.shape[0], k.shape[1]
     _check(heads % kv_heads == 0, f"{heads} query heads do not divide into {kv_heads} kv heads")
+    if sink is not None:
+        _check(sink.shape == (heads,), f"one sink per query head, got {tuple(sink.shape)}")
     if sq == 0 or sk == 0:
         out = torch.zeros(sq, heads, v.shape[-1], dtype=torch.float32, device=q.device)
-        return out, torch.full((heads, sq), float("-inf"), device=q.device)
+        lse = torch.full((heads, sq), float("-inf"), device=q.device)
+        if sink is not None:
+            lse = sink.float()[:, None].expand(heads, sq).clone()
+        return out, lse
     group = heads // kv_heads
     keys = k.float().repeat_interleave(group, dim=1)
     values = v.float().repeat_interleave(group, dim=1)
@@ -148,6 +162,8 @@ def attend(
         keep &= k_pos <= q_pos + right
     scores = scores.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # [heads, sq]; -inf where nothing is kept
+    if sink is not None:
+        lse = torch.logaddexp(lse, sink.float()[:, None])
     probs = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
     out = torch.einsum("hqk,khd->qhd", probs, values)
     return out, lse
@@ -176,12 +192,14 @@ def flash_attn_varlen_func(
     ``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18; vLLM's extend path hands it to
     ``merge_attn_states`` as ``[heads, tokens]``, ``rocm_aiter_fa.py`` 0.23.0 and 0.33.0). vLLM
     calls it causally over the new tokens and non-causally over each context chunk, where a row
-    can have ``seqlen_k = 0`` (:func:`attend` for what that gives)."""
+    can have ``seqlen_k = 0`` (:func:`attend` for what that gives, with and without a sink: each
+    call counts ``sink_ptr`` once, float32 ``[heads]``, as AITER converts it)."""
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
     _check(k.dtype == q.dtype and v.dtype == q.dtype, "q, k and v must share a dtype")
     _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "q, k, v must be [tokens, heads, d]")
     _check(dropout_p == 0.0, "dropout is not used at inference")
-    _check(alibi_slopes is None and sink_ptr is None, "alibi and sinks are not referenced here")
+    _check(alibi_slopes is None, "alibi is not referenced here")
+    _check_sinks(sink_ptr, q.shape[1])
     qo, ko = _offsets("cu_seqlens_q", cu_seqlens_q), _offsets("cu_seqlens_k", cu_seqlens_k)
     _check(len(qo) == len(ko), f"{len(qo) - 1} query sequences but {len(ko) - 1} key sequences")
     _check(qo[-1] <= q.shape[0], f"cu_seqlens_q ends at {qo[-1]} past {q.shape[0]} query rows")
@@ -199,11 +217,23 @@ def flash_attn_varlen_func(
     lse = torch.empty(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
     for i in range(len(q_lens)):
         o, s = attend(
-            q[qo[i] : qo[i + 1]], k[ko[i] : ko[i + 1]], v[ko[i] : ko[i + 1]], scale, causal, window
+            q[qo[i] : qo[i + 1]],
+            k[ko[i] : ko[i + 1]],
+            v[ko[i] : ko[i + 1]],
+            scale,
+            causal,
+            window,
+            sink_ptr,
         )
         out[qo[i] : qo[i + 1]] = o.to(out.dtype)
         lse[:, qo[i] : qo[i + 1]] = s
     return (out, lse) if return_lse else out
+
+
+def _check_sinks(sinks: torch.Tensor | None, heads: int) -> None:
+    if sinks is not None:
+        _check(sinks.shape == (heads,), f"one sink per query head, got {tuple(sinks.shape)}")
+        _check(sinks.dtype == torch.float32, f"sinks must be float32, got {sinks.dtype}")
 
 
 def _paged_keys(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
@@ -297,7 +327,8 @@ def check_unified_attention(
     ``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0): all of that holds."""
     _check(not unused, f"unexpected arguments {sorted(unused)}")
     _check(causal, "the decode path calls unified_attention causally")
-    _check(not softcap and alibi_slopes is None and sinks is None, "soft cap, alibi, sinks unused")
+    _check(not softcap and alibi_slopes is None, "soft cap and alibi are not referenced here")
+    _check_sinks(sinks, q.shape[1])
     _check(q_descale is None, "fp8 queries are not referenced here")
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
     _check(out.shape == q.shape and out.dtype == q.dtype, "out must be like q")
@@ -330,9 +361,9 @@ def unified_attention(
     kernel reads ``block_size = v.shape[1]``, ``num_kv_heads = k.shape[2]``), causal aligned to
     the bottom right (the kernel's ``context_len = seq_len - cur_batch_query_len`` offsets each
     query's position), a window ``(left, right)`` kept as ``SLIDING_WINDOW = 1 + left`` keys up
-    to the query's own (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
-    Where that wheel loads, the forward tier runs the kernel itself (:mod:`.aiter_triton`) and a
-    test cross-checks the two.
+    to the query's own, ``sinks`` counted once (``_triton_kernels/unified_attention.py``,
+    amd-aiter 0.1.7.post2.dev18; :func:`attend`). Where that wheel loads, the forward tier runs
+    the kernel itself (:mod:`.aiter_triton`) and a test cross-checks the two.
 
     An fp8 cache is dequantised with one scale per call, the first element of ``k_descale`` /
     ``v_descale`` (the kernel's ``tl.load(k_scale)``), then rounded to q's dtype before the dot
@@ -361,7 +392,15 @@ def unified_attention(
             continue
         keys = read(k, k_descale, b)
         values = read(v, v_descale, b)
-        o, _ = attend(q[rows], keys, values, kwargs["softmax_scale"], True, (window[0], window[1]))
+        o, _ = attend(
+            q[rows],
+            keys,
+            values,
+            kwargs["softmax_scale"],
+            True,
+            (window[0], window[1]),
+            kwargs.get("sinks"),
+        )
         out[rows] = o.to(out.dtype)
 
 

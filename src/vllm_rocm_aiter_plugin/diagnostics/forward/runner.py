@@ -150,7 +150,12 @@ class Runner:
             bodies,
         )
         config = self.config(case)
-        name = samples.attention_layer(config, sliding_window=case.sliding_window, backend=backend)
+        name = samples.attention_layer(
+            config,
+            sliding_window=case.sliding_window,
+            backend=backend,
+            sinks=case.sink_tensor(self.device),
+        )
         layer = config.compilation_config.static_forward_context[name].to(self.device)
         set_kv_scales(layer, case.k_scale, case.v_scale)
         kv_cache = harness.allocate_kv_cache(
@@ -350,6 +355,7 @@ def configuration(case: ForwardCase) -> dict[str, Any]:
         "sliding_window": case.sliding_window,
         "causal": case.causal,
         "kv_cache_layout": case.kv_cache_layout,
+        "sinks": bool(case.sinks),
         "eagle": bool(case.spec_tokens),
     }
 
@@ -359,7 +365,10 @@ def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
     model-runner V2 builds causal batches only; an fp8 format that is not the GPU's own (a GPU
     reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one); a
     shuffle-layout case where stock's shuffle layout cannot run right
-    (:func:`harness.shuffle_layout_unavailable`)."""
+    (:func:`harness.shuffle_layout_unavailable`); a sinks case where this release's ROCM_AITER_FA
+    takes no sinks."""
+    if case.sinks and not takes_sinks():
+        return "this release's ROCM_AITER_FA takes no attention sinks (supports_sink)"
     if not case.causal and not builds_non_causal_batches():
         return (
             "this release's model-runner V2 builds causal batches only (its "
@@ -380,6 +389,14 @@ def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
         f"this GPU's fp8 format is {str(own).removeprefix('torch.')}, the case's "
         f"{case.fp8_format}: the CPU tier runs it"
     )
+
+
+def takes_sinks() -> bool:
+    """Whether this release's ROCM_AITER_FA backend says it supports attention sinks."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
+
+    supports_sink = getattr(AiterFlashAttentionBackend, "supports_sink", None)
+    return bool(supports_sink and supports_sink())
 
 
 def builds_non_causal_batches() -> bool:
