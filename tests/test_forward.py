@@ -108,6 +108,7 @@ def test_the_plugins_impl_is_what_counts_the_sink_once(report):
     assert moved == {"new-prompt"}
     assert moved <= forward_checks.bad_rows(control, case["tolerance"])
     assert forward_checks.bad_rows(plugin, case["tolerance"]) == set()
+    assert _case(report, "multi-chunk-v2-sinks")["plugin"]["chunks"] == 2
     v1 = _case(report, "v1-sinks")
     assert v1["plugin"]["regions"] == v1["stock"]["regions"]
     with_context = {r["req_id"] for r in v1["stock"]["rows"] if r["region"] == "extend"}

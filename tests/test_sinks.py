@@ -43,7 +43,7 @@ def _qkv(queries: int, keys: int, heads: int = 2, kv_heads: int = 1, d: int = 16
     return q, k, v
 
 
-def test_the_sink_cases_cover_both_orders_a_window_and_two_chunks():
+def test_the_sink_cases_cover_both_orders_a_window_and_a_moved_prompt():
     assert {c.order for c in SINK_CASES} == {"v1", "v2"}
     assert any(c.sliding_window for c in SINK_CASES)
     assert any(not c.sliding_window and prompt_before_context(c) for c in SINK_CASES)
@@ -170,9 +170,8 @@ def test_the_plugins_ops_pass_the_sink_to_the_new_token_call_only():
         assert not torch.allclose(lse_with_sink, lse_without)
 
 
-def _extend_forward_without_the_ops_global(
-    self, attn_metadata
-):  # a release that calls AITER otherwise
+def _extend_forward_without_the_ops_global(self, attn_metadata):
+    """Stands for a release whose extend path calls AITER other than through the global."""
     return attn_metadata
 
 

@@ -193,7 +193,7 @@ def flash_attn_varlen_func(
     ``merge_attn_states`` as ``[heads, tokens]``, ``rocm_aiter_fa.py`` 0.23.0 and 0.33.0). vLLM
     calls it causally over the new tokens and non-causally over each context chunk, where a row
     can have ``seqlen_k = 0`` (:func:`attend` for what that gives, with and without a sink: each
-    call counts ``sink_ptr`` once, float32 ``[heads]``, as AITER converts it)."""
+    call counts ``sink_ptr``, one per query head, once; AITER converts it to float32)."""
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
     _check(k.dtype == q.dtype and v.dtype == q.dtype, "q, k and v must share a dtype")
     _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "q, k, v must be [tokens, heads, d]")
@@ -233,7 +233,7 @@ def flash_attn_varlen_func(
 def _check_sinks(sinks: torch.Tensor | None, heads: int) -> None:
     if sinks is not None:
         _check(sinks.shape == (heads,), f"one sink per query head, got {tuple(sinks.shape)}")
-        _check(sinks.dtype == torch.float32, f"sinks must be float32, got {sinks.dtype}")
+        _check(sinks.is_floating_point(), f"sinks must be floating point, got {sinks.dtype}")
 
 
 def _paged_keys(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
