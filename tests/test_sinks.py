@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_rocm_aiter_plugin import impl
-from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels, runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     CASES,
     ForwardCase,
@@ -143,6 +143,8 @@ def test_the_plugins_ops_pass_the_sink_to_the_new_token_call_only():
     (ROCm), the reference elsewhere."""
     from vllm._aiter_ops import rocm_aiter_ops
 
+    if not runner.takes_sinks():
+        pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
     ops = impl.sink_in_new_token_call_only(rocm_aiter_ops)
     assert issubclass(ops, rocm_aiter_ops)
     on_rocm = reference_kernels.aiter_available()
