@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase
+from vllm_rocm_aiter_plugin.diagnostics.forward.graph_replay import REPLAY_CASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "testing.md")
@@ -64,11 +65,14 @@ ROWS: tuple[Row, ...] = (
         "each row's softmax counts the sink once (stock's extend merges count it once per call)",
     ),
     (
-        "CUDA-graph capture and replay",
-        None,
-        "no case: needs a GPU; the persistent decode metadata is asserted on CPU (test_builder.py)",
+        GRAPH_ROW := "CUDA-graph capture and replay",
+        lambda c: True,
+        "the capture's metadata replays later steps written into the persistent inputs (an eager "
+        "stand-in for the graph, which needs a GPU; the MI300 tier captures a real one)",
     ),
 )
+POOLS: dict[str, tuple[ForwardCase, ...]] = {GRAPH_ROW: REPLAY_CASES}
+"""Rows whose cases are not the forward cases (``diagnostics/forward/graph_replay.py``)."""
 
 
 def _why_not(case: ForwardCase, release: str) -> str | None:
@@ -99,7 +103,7 @@ def matrix() -> str:
     header = ["configuration", *(f"CPU forward, vLLM {r}" for r in releases.CI), "MI300 forward"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, selects, text in ROWS:
-        cases = [c for c in CASES if selects(c)] if selects else []
+        cases = [c for c in POOLS.get(name, CASES) if selects(c)] if selects else []
         if cases:
             cells = [*(_cpu_cell(cases, r, text) for r in releases.CI), _mi300_cell(cases)]
         else:

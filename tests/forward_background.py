@@ -20,7 +20,9 @@ _thread: threading.Thread | None = None
 
 def _run() -> None:
     try:
-        _outcome["report"] = runner.run_in_child(scheduler_steps=True, control=CONTROL_CASES)
+        _outcome["report"] = runner.run_in_child(
+            scheduler_steps=True, control=CONTROL_CASES, graph_replay=True
+        )
     except BaseException as exc:  # handed to the fixture, which raises it in the test
         _outcome["error"] = exc
     finally:

@@ -100,3 +100,23 @@ def check_case(report: dict, name: str) -> None:
     check_plugin(case)
     check_stock(case, report["merge_makes_nan_of_empty_states"])
     check_chunks(case)
+
+
+def check_graph_replay(report: dict, name: str, kind: str) -> None:
+    """A CUDA-graph replay case (``diagnostics/forward/graph_replay.py``) for ``kind``'s backend:
+    the capture is all decodes, every replayed step's requests equal their references with no
+    NaN; where the eager stand-in ran, the frozen control (the capture's metadata copied, as a
+    builder that copies would leave it) is off on every replay, so the stand-in can fail."""
+    case = next(c for c in report["graph_replays"] if c["case"] == name)
+    result = case[kind]
+    assert "error" not in result, result["error"]
+    assert result["regions"][1:] == [0, 0], result["regions"]
+    tolerance = case["tolerance"]
+    assert len(result["replays"]) == 2
+    for rows in result["replays"]:
+        bad = {r["req_id"] for r in rows if r["nan"] or r["error"] > tolerance}
+        assert bad == set(), (name, kind, rows)
+    if result["graph"] == "eager stand-in":
+        assert len(result["frozen_replays"]) == len(result["replays"])
+        for rows in result["frozen_replays"]:
+            assert any(r["nan"] or r["error"] > tolerance for r in rows), (name, kind, rows)

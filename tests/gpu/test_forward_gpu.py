@@ -6,9 +6,10 @@ replaced by the torch references where aiter is absent. Same cases and assertion
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests import forward_checks
-from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay, runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forward]
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.forward]
 
 @pytest.fixture(scope="module")
 def report(device) -> dict:
-    result = runner.run(device=str(device), gather_budget=None, cases=CASES)
+    result = runner.run(device=str(device), gather_budget=None, cases=CASES, graph_replay=True)
     assert "unavailable" not in result, result.get("unavailable")
     return result
 
@@ -24,3 +25,14 @@ def report(device) -> dict:
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_forward_case_on_gpu(report, name):
     forward_checks.check_case(report, name)
+
+
+@pytest.mark.parametrize("kind", runner.KINDS)
+@pytest.mark.parametrize("name", [c.name for c in graph_replay.REPLAY_CASES])
+def test_graph_replay_on_gpu(report, name, kind):
+    """The replay cases on the GPU: a real CUDA graph where AITER's kernels run, else the
+    stand-in (the references cannot be captured)."""
+    case = next(c for c in report["graph_replays"] if c["case"] == name)
+    expected = graph_replay.graph_for(torch.device(report["device"])).mode
+    assert case[kind].get("graph") == expected, case[kind]
+    forward_checks.check_graph_replay(report, name, kind)

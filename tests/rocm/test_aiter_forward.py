@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests import forward_checks
-from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay, runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.forward]
@@ -24,7 +24,7 @@ def report(device) -> dict:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    result = runner.run(device=str(device), gather_budget=None, cases=CASES)
+    result = runner.run(device=str(device), gather_budget=None, cases=CASES, graph_replay=True)
     assert "unavailable" not in result, result.get("unavailable")
     assert result["references"] == [], (
         f"real kernels expected, got references {result['references']}"
@@ -35,3 +35,13 @@ def report(device) -> dict:
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_forward_case_on_aiter(report, name):
     forward_checks.check_case(report, name)
+
+
+@pytest.mark.parametrize("kind", runner.KINDS)
+@pytest.mark.parametrize("name", [c.name for c in graph_replay.REPLAY_CASES])
+def test_graph_replay_on_aiter(report, name, kind):
+    """EAGLE and sliding-window decodes captured in a real CUDA graph (HIP), replayed on two
+    later steps written into the persistent inputs: every request equals its reference."""
+    case = next(c for c in report["graph_replays"] if c["case"] == name)
+    assert case[kind].get("graph") == "cuda graph", case[kind]
+    forward_checks.check_graph_replay(report, name, kind)

@@ -128,8 +128,11 @@ def build_through_v2(
     max_query_len: int | None = None,
     with_upper_bound: bool = True,
     num_reqs: int | None = None,
+    for_cudagraph_capture: bool = False,
 ) -> Any:
-    """The metadata ``build_attn_metadata`` gives ``group``'s layer for the batch ``cam``."""
+    """The metadata ``build_attn_metadata`` gives ``group``'s layer for the batch ``cam`` (as
+    for a CUDA-graph capture where ``for_cudagraph_capture``: a release whose function does not
+    take it captures with its ordinary build)."""
     from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 
     kwargs: dict[str, Any] = dict(
@@ -151,6 +154,8 @@ def build_through_v2(
     if not getattr(cam, "causal", True):
         kwargs["causal"] = False  # 0.33's runner builds non-causal batches this way
     accepted = inspect.signature(build_attn_metadata).parameters
+    if for_cudagraph_capture and "for_cudagraph_capture" in accepted:
+        kwargs["for_cudagraph_capture"] = True
     unknown = set(kwargs) - set(accepted)
     if unknown:
         raise TypeError(f"this vLLM's build_attn_metadata does not take {sorted(unknown)}")

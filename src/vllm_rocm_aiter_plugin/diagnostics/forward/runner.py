@@ -28,6 +28,7 @@ import torch
 
 from vllm_rocm_aiter_plugin.builder import FAST_BUILD_ENV
 from vllm_rocm_aiter_plugin.diagnostics.forward import aiter_triton, harness, reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay as graph_replay_cases
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     CASES,
     CASES_BY_NAME,
@@ -125,22 +126,18 @@ class Runner:
             cache_dtype=case.kv_cache_dtype,
         )
 
-    def build(
+    def prepare(
         self,
         case: ForwardCase,
         kind: str,
-        step: StepTensors,
+        num_blocks: int,
         bodies: harness.BuildBodies | None = None,
-    ) -> tuple[Any, Any, Any, torch.Tensor]:
-        """(config, layer, metadata, KV cache) for ``kind``'s backend: the cache bound first (as
-        vLLM binds it before any build: the shuffle layout's scale tables read its shape), then
-        the metadata through vLLM's build_attn_metadata."""
+    ) -> tuple[Any, Any, torch.Tensor, Any]:
+        """(config, layer, KV cache, attention group) for ``kind``'s backend: the cache bound
+        first (as vLLM binds it before any build: the shuffle layout's scale tables read its
+        shape), then the group whose builder vLLM creates."""
         from vllm_rocm_aiter_plugin.diagnostics import samples
-        from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
-        from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
-            attention_group,
-            build_through_v2,
-        )
+        from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group
 
         backend = harness.runnable_backend(
             backend_for(kind),
@@ -160,7 +157,7 @@ class Runner:
         set_kv_scales(layer, case.k_scale, case.v_scale)
         kv_cache = harness.allocate_kv_cache(
             layer.attn_backend,
-            step.num_blocks,
+            num_blocks,
             case.block_size,
             case.num_kv_heads,
             case.head_size,
@@ -174,15 +171,35 @@ class Runner:
             os.environ, {FAST_BUILD_ENV: "0"} if kind == "plugin-vllm-build" else {}
         ):
             group = attention_group(backend, config, name, spec, self.device)
+        return config, layer, kv_cache, group
+
+    def metadata(
+        self, group: Any, case: ForwardCase, batch: Any, for_cudagraph_capture: bool = False
+    ) -> Any:
+        """The layer's metadata for ``batch`` through vLLM's build_attn_metadata."""
+        from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+        from vllm_rocm_aiter_plugin.diagnostics.model_runner import build_through_v2
+
         pinning = unpinned_host_memory() if self.device.type == "cpu" else contextlib.nullcontext()
         with pinning:  # vLLM's extend path pins host memory; there is none without a GPU
-            meta = build_through_v2(
+            return build_through_v2(
                 group,
-                step.batch,
+                batch,
                 max_query_len=case.max_query_len,
                 with_upper_bound=case.with_upper_bound,
+                for_cudagraph_capture=for_cudagraph_capture,
             )
-        return config, layer, meta, kv_cache
+
+    def build(
+        self,
+        case: ForwardCase,
+        kind: str,
+        step: StepTensors,
+        bodies: harness.BuildBodies | None = None,
+    ) -> tuple[Any, Any, Any, torch.Tensor]:
+        """(config, layer, metadata, KV cache) for ``kind``'s backend and ``step``."""
+        config, layer, kv_cache, group = self.prepare(case, kind, step.num_blocks, bodies)
+        return config, layer, self.metadata(group, case, step.batch), kv_cache
 
     def run_kind(self, case: ForwardCase, kind: str, step: StepTensors) -> dict[str, Any]:
         result: dict[str, Any] = {"kind": kind}
@@ -520,10 +537,12 @@ def run(
     control: Sequence[str] = (),
     kinds: Sequence[str] = KINDS,
     mutations: Sequence[str] = (),
+    graph_replay: bool = False,
 ) -> dict[str, Any]:
     """Run the named cases (all by default) here with the backends ``kinds`` (plus the
     ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict.
-    ``mutations`` (:data:`MUTATIONS`) plant a defect the tier must catch."""
+    ``mutations`` (:data:`MUTATIONS`) plant a defect the tier must catch; ``graph_replay`` adds
+    the CUDA-graph replay cases (:mod:`graph_replay`)."""
     import vllm
 
     import vllm_rocm_aiter_plugin
@@ -550,6 +569,11 @@ def run(
                 for case in cases
             ],
         }
+        if graph_replay:
+            report["graph_replays"] = [
+                graph_replay_cases.run_case(runner, case, kinds)
+                for case in graph_replay_cases.REPLAY_CASES
+            ]
         report["references"] = runner.references
         report["unified_attention"] = (
             runner.unified_attention.to_json()
@@ -581,6 +605,7 @@ def run_in_child(
     device: str = "cpu",
     cases: Sequence[ForwardCase] | None = None,
     mutations: Sequence[str] = (),
+    graph_replay: bool = False,
 ) -> dict[str, Any]:
     """:func:`run` in a new interpreter; on CPU started with Triton's interpreter environment.
     ``cases`` (any, e.g. from vLLM's Scheduler) run instead of the named ones."""
@@ -600,6 +625,8 @@ def run_in_child(
         command += ["--control", *control]
     if mutations:
         command += ["--mutate", *mutations]
+    if graph_replay:
+        command.append("--graph-replay")
     interpreter = harness.INTERPRETER_ENV if device == "cpu" else {}
     env = {**os.environ, **interpreter, **(extra_env or {})}
     try:
@@ -629,6 +656,11 @@ def main(argv: list[str] | None = None) -> int:
         default=(),
         help=f"cases also run with {', '.join(CONTROLS)}",
     )
+    parser.add_argument(
+        "--graph-replay",
+        action="store_true",
+        help="also run the CUDA-graph replay cases (EAGLE decodes replayed on a capture)",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mutate", nargs="*", default=(), choices=sorted(MUTATIONS),
                         help="plant a defect the tier must catch (its own tests)")  # fmt: skip
@@ -651,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         control=args.control,
         kinds=args.kinds,
         mutations=args.mutate,
+        graph_replay=args.graph_replay,
     )
     if args.json:
         with open(args.json, "w") as f:

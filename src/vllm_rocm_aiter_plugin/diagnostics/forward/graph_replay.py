@@ -1,0 +1,232 @@
+"""EAGLE decode steps replayed on the metadata of a CUDA-graph capture, as a captured graph runs
+them, each request's output judged against its dense reference.
+
+Model-runner V2 captures a uniform-decode batch once, with its metadata built for capture over
+the runner's persistent input buffers (query offsets, sequence lengths, block tables, slot
+mapping) and ``max_seq_len`` at the model's limit. For each later step it writes the step into
+those buffers, builds the step's metadata (the builder writes its own buffers, such as 0.33's
+sliding-window decode tables) and replays the graph: the kernels read what the capture's metadata
+points to. So a builder that hands the kernels a copy instead of the persistent tensors replays
+the captured batch's lengths and tables.
+
+Where AITER's real kernels run (ROCm) the capture is a real ``torch.cuda.CUDAGraph``. Elsewhere the
+forward runs again on the capture's metadata object (the references and the interpreter cannot be
+captured): that stand-in sees the tensors the kernels would read, not launch parameters frozen on
+the host, and the ``frozen`` control (the capture's metadata deep-copied, as a copying builder
+would leave it) shows it can fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+    TOLERANCE,
+    ForwardCase,
+    Request,
+    StepTensors,
+    decode,
+    lay_out,
+)
+
+EAGLE_STEP = tuple(decode(f"decode-{i}", 60 + 13 * i, 4, 3) for i in range(4))
+DECODE_STEP = tuple(decode(f"decode-{i}", 60 + 13 * i) for i in range(4))
+
+REPLAY_CASES: tuple[ForwardCase, ...] = (
+    ForwardCase(
+        "graph-replay-eagle-padded",
+        EAGLE_STEP,
+        "v2",
+        spec_tokens=3,
+        num_padded_reqs=3,
+        note="EAGLE verification captured with padded requests, replayed on two later steps",
+    ),
+    ForwardCase(
+        "graph-replay-decode-sliding-window",
+        DECODE_STEP,
+        "v2",
+        sliding_window=32,
+        note="decodes under a sliding window: 0.33's builder writes their decode tables into "
+        "its own buffers at every build",
+    ),
+)
+
+
+def replay_steps(case: ForwardCase) -> list[tuple[Request, ...]]:
+    """The steps replayed on the capture: the case's own, then one whose contexts differ."""
+    later = tuple(
+        decode(r.req_id, 150 - 29 * i, r.query_len, r.num_drafts)
+        for i, r in enumerate(case.requests)
+    )
+    return [case.requests, later]
+
+
+def capture_step(case: ForwardCase) -> tuple[Request, ...]:
+    """The batch the runner captures with: the same queries on no context (a dummy batch)."""
+    return tuple(decode(r.req_id, 0, r.query_len, r.num_drafts) for r in case.requests)
+
+
+@dataclasses.dataclass
+class PersistentInputs:
+    """The runner's input buffers, sized for every step: each step is written into them."""
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+
+    @classmethod
+    def for_steps(cls, steps: Sequence[StepTensors]) -> PersistentInputs:
+        first = steps[0]
+        width = max(s.batch.block_table_tensor.shape[1] for s in steps)
+        rows = first.batch.block_table_tensor.shape[0]
+        return cls(
+            query_start_loc=torch.empty_like(first.batch.query_start_loc),
+            seq_lens=torch.empty_like(first.batch.seq_lens),
+            block_table=first.batch.block_table_tensor.new_zeros(rows, width),
+            slot_mapping=torch.empty_like(first.batch.slot_mapping),
+            query=torch.empty_like(first.query),
+            key=torch.empty_like(first.key),
+            value=torch.empty_like(first.value),
+        )
+
+    def hold(self, step: StepTensors, max_seq_len: int | None = None) -> Any:
+        """Write ``step`` into the buffers; its batch over them (``max_seq_len`` as given)."""
+        batch = step.batch
+        self.query_start_loc.copy_(batch.query_start_loc)
+        self.seq_lens.copy_(batch.seq_lens)
+        self.block_table.zero_()
+        self.block_table[:, : batch.block_table_tensor.shape[1]] = batch.block_table_tensor
+        self.slot_mapping.copy_(batch.slot_mapping)
+        for name in ("query", "key", "value"):
+            getattr(self, name).copy_(getattr(step, name))
+        return dataclasses.replace(
+            batch,
+            query_start_loc=self.query_start_loc,
+            seq_lens=self.seq_lens,
+            block_table_tensor=self.block_table,
+            slot_mapping=self.slot_mapping,
+            max_seq_len=batch.max_seq_len if max_seq_len is None else max_seq_len,
+        )
+
+
+class EagerStandIn:
+    """Where no graph can be captured: the forward runs again on the capture's metadata."""
+
+    mode = "eager stand-in"
+
+    def capture(self, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+        self._forward = forward
+        return forward()
+
+    def replay(self) -> torch.Tensor:
+        return self._forward()
+
+
+class CudaGraph:
+    """A real ``torch.cuda.CUDAGraph``: warmed up on a side stream, captured, replayed."""
+
+    mode = "cuda graph"
+
+    def capture(self, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            forward()
+        torch.cuda.current_stream().wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._output = forward()
+        return self._output
+
+    def replay(self) -> torch.Tensor:
+        self._graph.replay()
+        torch.cuda.synchronize()
+        return self._output
+
+
+def graph_for(device: torch.device) -> EagerStandIn | CudaGraph:
+    """A real graph where AITER's kernels run (nothing replaced), else the eager stand-in."""
+    if device.type == "cuda" and reference_kernels.aiter_available():
+        return CudaGraph()
+    return EagerStandIn()
+
+
+def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[str, Any]:
+    """Capture ``case``'s dummy batch with ``kind``'s backend, replay the later steps on it."""
+    device = runner.device
+    captured = lay_out(case, capture_step(case), device, seed)
+    steps = [
+        lay_out(case, requests, device, seed + 1 + i)
+        for i, requests in enumerate(replay_steps(case))
+    ]
+    result: dict[str, Any] = {"kind": kind}
+    bodies = harness.BuildBodies()
+    try:
+        config, layer, kv_cache, group = runner.prepare(
+            case, kind, max(s.num_blocks for s in (captured, *steps)), bodies
+        )
+        inputs = PersistentInputs.for_steps([captured, *steps])
+        max_model_len = int(config.model_config.max_model_len)
+        meta = runner.metadata(
+            group, case, inputs.hold(captured, max_model_len), for_cudagraph_capture=True
+        )
+        graph = graph_for(device)
+        result["graph"] = graph.mode
+        result["regions"] = [meta.num_decodes, meta.num_extends, meta.num_prefills]
+        if bodies.own or bodies.vllm:
+            result["builder_body"] = "own" if bodies.own else "vllm-build"
+        decode_metadata = getattr(meta, "decode_metadata", None)
+        result["sliding_window_decode_tables"] = (
+            getattr(decode_metadata, "swa_block_table", None) is not None
+        )
+
+        def forward() -> torch.Tensor:
+            return harness.layer_forward(
+                config, layer, meta, inputs.slot_mapping, inputs.query, inputs.key, inputs.value
+            )
+
+        graph.capture(forward)
+        frozen = copy.deepcopy(meta) if isinstance(graph, EagerStandIn) else None
+        result["replays"] = []
+        result["frozen_replays"] = []
+        for step in steps:
+            if step.context_k.shape[0]:  # earlier steps' tokens, written outside the graph
+                layer.impl.do_kv_cache_update(
+                    layer, step.context_k, step.context_v, kv_cache, step.context_slots
+                )
+            runner.metadata(group, case, inputs.hold(step))  # the step's build, then the replay
+            result["replays"].append(runner.judge(case, step, meta, graph.replay()))
+            if frozen is not None:
+                output = harness.layer_forward(
+                    config, layer, frozen, inputs.slot_mapping,
+                    inputs.query, inputs.key, inputs.value,
+                )  # fmt: skip
+                result["frozen_replays"].append(runner.judge(case, step, meta, output))
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+def run_case(runner: Any, case: ForwardCase, kinds: Sequence[str]) -> dict[str, Any]:
+    """One replay case with each backend of ``kinds``."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward.runner import configuration
+
+    result: dict[str, Any] = {
+        "case": case.name,
+        "tolerance": TOLERANCE[case.dtype],
+        "note": case.note,
+        "configuration": configuration(case),
+    }
+    for kind in kinds:
+        result[kind] = run_kind(runner, case, kind)
+    return result
