@@ -76,8 +76,22 @@ def _pytest(junit: str, *tests: str) -> tuple[int, int]:
     return tests_run.returncode, round(time.monotonic() - start)
 
 
+def commit() -> str | None:
+    """The tree's commit (short), marked where the tree differs from it; None outside git."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    )
+    if head.returncode != 0:
+        return None
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    return head.stdout.strip() + (" (modified)" if status.stdout.strip() else "")
+
+
 def run_release(version: str) -> dict[str, object]:
-    row: dict[str, object] = {"vllm": version}
+    row: dict[str, object] = {"vllm": version, "commit": commit()}
     error = _install(version)
     if error:
         return {**row, "error": error}
@@ -142,7 +156,12 @@ def rerun_failed(version: str, rows: dict[str, dict[str, object]]) -> dict[str, 
         "passed": first["passed"] + again["passed"],
         "failed": again["failed"],
         "skipped": first["skipped"] + again["skipped"],
-        "rerun": {"tests": len(tests), "failed": again["failed"], "seconds": seconds},
+        "rerun": {
+            "tests": len(tests),
+            "failed": again["failed"],
+            "seconds": seconds,
+            "commit": commit(),
+        },
     }
 
 

@@ -51,24 +51,36 @@ def releases_table() -> str:
     assert isinstance(rows, list)
     lines = [
         "| vLLM | stock crashes on EAGLE decode (probed) | stock drops context in V2 order "
-        "(probed) | merge of two empty states is NaN | passed | failed | skipped | seconds |",
-        "|---|---|---|---|---:|---:|---:|---:|",
+        "(probed) | merge of two empty states is NaN | passed | failed | skipped | seconds "
+        "| measured at |",
+        "|---|---|---|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         nan = "yes" if r["vllm"] in facts.MERGE_NAN_OF_EMPTY_STATES else "no"
         if "passed" in r:
             lines.append(
                 f"| {r['vllm']} | {r['affected']} | {r['drops_context']} | {nan} | {r['passed']} "
-                f"| {r['failed']} | {r['skipped']} | {_seconds(r)} |"
+                f"| {r['failed']} | {r['skipped']} | {_seconds(r)} | {_commit(r)} |"
             )
         else:
-            lines.append(f"| {r['vllm']} | - | - | {nan} | - | - | - | {r.get('error', '')} |")
+            lines.append(
+                f"| {r['vllm']} | - | - | {nan} | - | - | - | {r.get('error', '')} | {_commit(r)} |"
+            )
     tested = sum(1 for r in rows if r["vllm"] in facts.TESTED)
     green = sum(
         1 for r in rows if r["vllm"] in facts.TESTED and r.get("passed") and not r["failed"]
     )
+    recorded = sum(1 for r in rows if r["vllm"] in facts.TESTED and r.get("commit"))
     return "\n".join([*lines, "", f"Green: {green} of {len(facts.TESTED)} tested releases "
-                      f"({tested} measured)."])  # fmt: skip
+                      f"({tested} measured, {recorded} at a recorded commit)."])  # fmt: skip
+
+
+def _commit(row: dict) -> str:
+    """The commit a row's suite ran at (and its rerun's); rows measured before compat recorded
+    it say so."""
+    measured = row.get("commit") or "not recorded (an earlier, smaller suite)"
+    rerun = (row.get("rerun") or {}).get("commit")
+    return f"{measured}, rerun at {rerun}" if rerun else measured
 
 
 def _seconds(row: dict) -> str:

@@ -55,3 +55,29 @@ def test_the_table_shows_a_rerun_beside_the_first_runs_seconds():
         """
     )
     assert rows == ["857 + 95 (rerun of 4 failed)", "803"]
+
+
+def test_the_table_names_the_commit_each_row_and_rerun_ran_at():
+    cells = _scripts(
+        """
+        import docs_tables
+        rows = [{"commit": "abc1234"}, {"commit": "abc1234", "rerun": {"commit": "def5678"}}, {}]
+        print(json.dumps([docs_tables._commit(row) for row in rows]))
+        """
+    )
+    assert cells == [
+        "abc1234",
+        "abc1234, rerun at def5678",
+        "not recorded (an earlier, smaller suite)",
+    ]
+
+
+def test_a_row_records_the_trees_commit():
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    if head.returncode != 0:
+        pytest.skip("not a git checkout (an sdist): compat records no commit there")
+    recorded = _scripts("import compat\nprint(json.dumps(compat.commit()))")
+    assert isinstance(recorded, str)
+    assert recorded.split()[0] == head.stdout.strip()
