@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm-rocm-aiter-plugin: {missing}", file=sys.stderr)
         return 2
     os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"  # before vLLM configures its logging
+    from vllm_rocm_aiter_plugin.diagnostics import vllm_log
+
+    vllm_log.import_vllm_quietly()
     try:
         if args.command == "doctor":
             from vllm_rocm_aiter_plugin.diagnostics import doctor

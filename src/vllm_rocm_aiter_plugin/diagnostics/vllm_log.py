@@ -10,6 +10,7 @@ reads as the opposite of what the commands then run.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -46,6 +47,21 @@ class HeldBack(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         first_line = record.getMessage().splitlines()[0] if record.getMessage() else ""
         self.seen[(record.name, record.levelname, first_line)] += 1
+
+
+def import_vllm_quietly() -> None:
+    """Import vLLM with its log at WARNING while it imports. Some releases (0.24) resolve the
+    platform inside ``import vllm`` and log, at INFO, the plugins they find, before
+    :func:`held_back` can collect anything. An operator's own ``VLLM_LOGGING_LEVEL`` wins; the
+    environment is restored, so the processes the commands start see the operator's."""
+    quiet = "VLLM_LOGGING_LEVEL" not in os.environ
+    if quiet:
+        os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"
+    try:
+        import vllm  # noqa: F401  (configures vLLM's logging, at that level)
+    finally:
+        if quiet:
+            del os.environ["VLLM_LOGGING_LEVEL"]
 
 
 @contextmanager
