@@ -8,12 +8,14 @@ for every release in ``src/vllm_rocm_aiter_plugin/releases.py``):
 For each release: swap vLLM with ``pip install --no-deps --force-reinstall`` (torch and the pinned
 dependencies stay), probe the stock split (does it crash on an EAGLE pure-decode batch, does it
 drop context in model-runner V2 order), run the whole CPU suite (the forward tier included) with a
-JUnit report, and record the counts. Writes ``compat/results.json`` (a partial rerun updates its
-rows and keeps the others); ``bash scripts/nox -s docs`` puts the table into ``docs/releases.md``.
-Exits non-zero if any release failed.
+JUnit report, and record the counts, with the commit the suite ran at. Writes
+``compat/results.json`` (a partial rerun updates its rows and keeps the others) and its table in
+``docs/releases.md``, together, so that a later run's docs test sees them agree. Exits non-zero if
+any release failed.
 
-Run one compat at a time in a tree: each run's end rewrites ``compat/results.json``, which the
-suite's docs test reads, so a second run's suite would see the table go out of date under it.
+Run one compat at a time in a tree: each run's end rewrites those two files, which the suite's
+docs test reads, so a second run's suite would see them change under it. They are the run's
+output, so a row's commit is not marked modified for them.
 
 ``--rerun-failed`` reruns only the tests that failed in a release's last report, after a fix that
 touches nothing else (a slow release need not run whole again); the row keeps the first run's
@@ -36,6 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "compat")
 JUNIT_DIR = os.path.join(ROOT, "build", "compat")
 RESULTS = os.path.join(OUT_DIR, "results.json")
+OUTPUTS = ("compat/results.json", "docs/releases.md")
+"""What a run writes into the tree."""
 
 PROBE = (
     "from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order\n"
@@ -84,7 +88,8 @@ def commit() -> str | None:
     if head.returncode != 0:
         return None
     status = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+         *(f":(exclude){output}" for output in OUTPUTS)],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     return head.stdout.strip() + (" (modified)" if status.stdout.strip() else "")
@@ -200,8 +205,9 @@ def main(versions: list[str]) -> int:
     ordered = sorted(rows.values(), key=lambda r: tuple(map(int, str(r["vllm"]).split("."))))
     with open(RESULTS, "w") as f:
         json.dump(ordered, f, indent=1)
+    docs_tables.main([])
     print(docs_tables.releases_table())
-    print("compat: wrote compat/results.json; `bash scripts/nox -s docs` updates docs/releases.md")
+    print("compat: wrote compat/results.json and its table in docs/releases.md")
     return 1 if any(r.get("failed") or r.get("error") for r in ran) else 0
 
 

@@ -67,12 +67,16 @@ def test_every_variable_is_documented_and_parses_unset():
 
 def test_the_plugin_reads_no_variable_outside_the_registry():
     """Every VLLM_*/TORCH_* name in the package's source is one of ``envs.VARIABLES`` (or vLLM's
-    own logging stream, which the CLI sets)."""
+    own logging stream and level, which the CLI sets: the level only while vLLM imports, and only
+    where the operator set none)."""
     import re
     from pathlib import Path
 
     package = Path(envs.__file__).parent
-    known = {variable.name for variable in envs.VARIABLES} | {"VLLM_LOGGING_STREAM"}
+    known = {variable.name for variable in envs.VARIABLES} | {
+        "VLLM_LOGGING_STREAM",
+        "VLLM_LOGGING_LEVEL",
+    }
     found = set()
     for path in package.rglob("*.py"):
         found |= set(re.findall(r'"(VLLM_[A-Z_]+)"', path.read_text()))
