@@ -201,6 +201,23 @@ class ShuffleWrite:
             key_cache.copy_(written[0])
             value_cache.copy_(written[1])
 
+    def ignores_kv_scales(self, fp8_dtype: torch.dtype, device: torch.device) -> bool:
+        """Whether vLLM's kernel stores fp8 values without dividing them by the layer's KV scales
+        (0.30's kernel sets both to 1): one token written with scales of 1 and of 2."""
+        if self.kernel is None:
+            raise reference_kernels.LauncherError(
+                "no reshape_and_cache_shuffle_triton in this process"
+            )
+        stored = []
+        for scale in (1.0, 2.0):
+            token = torch.full((1, 1, 64), 4.0, dtype=torch.float16, device=device)
+            caches = [torch.zeros(1, 16, 1, 64, dtype=fp8_dtype, device=device) for _ in range(2)]
+            scales = [torch.tensor([scale], dtype=torch.float32, device=device) for _ in range(2)]
+            slot = torch.zeros(1, dtype=torch.int64, device=device)
+            self.kernel(token, token.clone(), *caches, slot, "fp8", *scales)
+            stored.append(float(caches[0].float().abs().max()))
+        return stored[0] == stored[1]
+
 
 def shuffle_layout_ops() -> type:
     """vLLM's ``rocm_aiter_ops`` answering True to ``is_shuffle_kv_cache_enabled()`` (a subclass:

@@ -201,6 +201,27 @@ class Runner:
         config, layer, kv_cache, group = self.prepare(case, kind, step.num_blocks, bodies)
         return config, layer, self.metadata(group, case, step.batch), kv_cache
 
+    @functools.cached_property
+    def shuffle_write_ignores_kv_scales(self) -> bool | None:
+        """Whether vLLM's shuffle-layout cache write stores fp8 values without the layer's KV
+        scales (measured on its kernel); None where that layout cannot run here."""
+        if self.shuffle_write.kernel is None or harness.shuffle_layout_unavailable():
+            return None
+        from vllm.platforms import current_platform
+
+        return self.shuffle_write.ignores_kv_scales(current_platform.fp8_dtype(), self.device)
+
+    def shuffle_write_unusable(self, case: ForwardCase) -> str | None:
+        """Why vLLM's shuffle-layout cache write cannot serve ``case``, or None: an fp8 case with
+        KV scales on a release whose write ignores them."""
+        scaled = (case.k_scale, case.v_scale) != (1.0, 1.0)
+        if not (case.shuffle and case.fp8 and scaled and self.shuffle_write_ignores_kv_scales):
+            return None
+        return (
+            "this vLLM's shuffle-layout cache write ignores the KV scales (it stores fp8 values "
+            "without dividing by them: stock's and the plugin's alike, docs/upstream/README.md)"
+        )
+
     def run_kind(self, case: ForwardCase, kind: str, step: StepTensors) -> dict[str, Any]:
         result: dict[str, Any] = {"kind": kind}
         bodies = harness.BuildBodies()
@@ -269,7 +290,7 @@ class Runner:
     def run_case(
         self, case: ForwardCase, seed: int = 0, kinds: Sequence[str] = KINDS
     ) -> dict[str, Any]:
-        why_not = not_applicable_here(case, self.device)
+        why_not = not_applicable_here(case, self.device) or self.shuffle_write_unusable(case)
         if why_not:
             return {
                 "case": case.name,
@@ -574,6 +595,7 @@ def run(
                 graph_replay_cases.run_case(runner, case, kinds)
                 for case in graph_replay_cases.REPLAY_CASES
             ]
+        report["shuffle_write_ignores_kv_scales"] = runner.shuffle_write_ignores_kv_scales
         report["references"] = runner.references
         report["unified_attention"] = (
             runner.unified_attention.to_json()
