@@ -1,5 +1,6 @@
-"""EAGLE decode steps replayed on the metadata of a CUDA-graph capture, as a captured graph runs
-them, each request's output judged against its dense reference.
+"""Uniform-decode steps (EAGLE verification, plain decodes) replayed on the metadata of a
+CUDA-graph capture, as a captured graph runs them, each request's output judged against its
+dense reference.
 
 Model-runner V2 captures a uniform-decode batch once, with its metadata built for capture over
 the runner's persistent input buffers (query offsets, sequence lengths, block tables, slot
@@ -190,9 +191,9 @@ def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[s
             getattr(decode_metadata, "swa_block_table", None) is not None
         )
 
-        def forward() -> torch.Tensor:
+        def forward(on: Any = meta) -> torch.Tensor:
             return harness.layer_forward(
-                config, layer, meta, inputs.slot_mapping, inputs.query, inputs.key, inputs.value
+                config, layer, on, inputs.slot_mapping, inputs.query, inputs.key, inputs.value
             )
 
         graph.capture(forward)
@@ -207,11 +208,7 @@ def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[s
             runner.metadata(group, case, inputs.hold(step))  # the step's build, then the replay
             result["replays"].append(runner.judge(case, step, meta, graph.replay()))
             if frozen is not None:
-                output = harness.layer_forward(
-                    config, layer, frozen, inputs.slot_mapping,
-                    inputs.query, inputs.key, inputs.value,
-                )  # fmt: skip
-                result["frozen_replays"].append(runner.judge(case, step, meta, output))
+                result["frozen_replays"].append(runner.judge(case, step, meta, forward(frozen)))
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     return result

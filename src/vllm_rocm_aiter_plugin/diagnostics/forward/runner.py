@@ -202,21 +202,31 @@ class Runner:
         return config, layer, self.metadata(group, case, step.batch), kv_cache
 
     @functools.cached_property
-    def shuffle_write_ignores_kv_scales(self) -> bool | None:
+    def shuffle_write_ignores_kv_scales(self) -> bool | str | None:
         """Whether vLLM's shuffle-layout cache write stores fp8 values without the layer's KV
-        scales (measured on its kernel); None where that layout cannot run here."""
+        scales (measured on its kernel); None where that layout cannot run here; a string saying
+        why the measurement failed (the cases it decides are then set aside with it)."""
         if self.shuffle_write.kernel is None or harness.shuffle_layout_unavailable():
             return None
         from vllm.platforms import current_platform
 
-        return self.shuffle_write.ignores_kv_scales(current_platform.fp8_dtype(), self.device)
+        try:
+            return self.shuffle_write.ignores_kv_scales(current_platform.fp8_dtype(), self.device)
+        except Exception as exc:
+            return f"not measured: {type(exc).__name__}: {exc}"
 
     def shuffle_write_unusable(self, case: ForwardCase) -> str | None:
         """Why vLLM's shuffle-layout cache write cannot serve ``case``, or None: an fp8 case with
-        KV scales on a release whose write ignores them."""
+        KV scales on a release whose write ignores them, or where that could not be measured."""
         scaled = (case.k_scale, case.v_scale) != (1.0, 1.0)
-        if not (case.shuffle and case.fp8 and scaled and self.shuffle_write_ignores_kv_scales):
+        ignores = self.shuffle_write_ignores_kv_scales
+        if not (case.shuffle and case.fp8 and scaled and ignores):
             return None
+        if isinstance(ignores, str):
+            return (
+                "whether this vLLM's shuffle-layout cache write honours the KV scales could not "
+                f"be measured ({ignores})"
+            )
         return (
             "this vLLM's shuffle-layout cache write ignores the KV scales (it stores fp8 values "
             "without dividing by them: stock's and the plugin's alike, docs/upstream/README.md)"
