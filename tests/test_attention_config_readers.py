@@ -1,7 +1,7 @@
 """``VLLM_ATTENTION_BACKEND`` reaches vLLM's backend selection and nothing else: every reader of
 ``attention_config.backend`` in the installed vLLM's source (found by
 :mod:`tests.attention_config_readers`) reads the value it reads without the plugin, because the
-plugin writes no attention-config field. On vLLM's real ``RocmPlatform`` (a faked gfx942, in a
+plugin writes no attention-config field. On vLLM's real ``RocmPlatform`` (an emulated MI300X, in a
 child process), a DeepSeek V4.1 start with the variable set builds its attention as stock does."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
 from tests import vllm_releases
 from tests.attention_config_readers import installed
+from tests.helpers.emulated_rocm import MI300X_CHILD
 from tests.subprocess_util import run_child
-from tests.test_env_backend import FAKED_PRELUDE
 from vllm_rocm_aiter_plugin.env_backend import ENV_VAR
 
 pytestmark = pytest.mark.cpu
@@ -37,7 +37,7 @@ def test_the_plugin_neither_reads_nor_writes_the_field():
 NAMES = ("ROCM_AITER_MLA", "ROCM_AITER_FA", "TRITON_MLA", "FLASH_ATTN")
 
 READERS_SEE_STOCK = (
-    FAKED_PRELUDE
+    MI300X_CHILD
     + """
 import dataclasses, importlib, os
 from vllm_rocm_aiter_plugin import register
@@ -84,12 +84,10 @@ report({"own": sorted(k for k in vars(AiterRocmPlatform) if not k.startswith("__
 
 @pytest.fixture(scope="module")
 def with_the_variable_set():
-    """One child on a faked gfx942 runs the plugin's hooks as vLLM runs them, with the variable
-    set to each of ``NAMES`` in turn, and 0.33.0's DeepSeek V4.1 attention selection."""
-    from vllm_rocm_aiter_plugin.diagnostics.forward.harness import INTERPRETER_ENV
-
+    """One child on an emulated MI300X runs the plugin's hooks as vLLM runs them, with the
+    variable set to each of ``NAMES`` in turn, and 0.33.0's DeepSeek V4.1 attention selection."""
     code = READERS_SEE_STOCK.replace("NAMES", repr(NAMES)).replace("ENV_VAR", repr(ENV_VAR))
-    return run_child(code, env=INTERPRETER_ENV).result
+    return run_child(code).result
 
 
 @pytest.mark.subprocess

@@ -1,7 +1,9 @@
 """VLLM_ATTENTION_BACKEND through the function the plugin's ROCm platform calls for backend
-selection (``get_attn_backend_cls``): it selects what it names where vLLM passes no backend,
-legacy names select what they meant, no value ever stops a start, and nothing of the VllmConfig
-is written, so no other reader of ``attention_config.backend`` sees the variable."""
+selection (``get_attn_backend_cls``): it selects what it names where vLLM passes no backend and
+stock's automatic selection accepts it (an ``Offer``), legacy names select what they meant, no
+value ever stops a start, and nothing of the VllmConfig is written, so no other reader of
+``attention_config.backend`` sees the variable. On vLLM's real ROCm platform (emulated GPUs):
+``tests/test_backend_selection.py``."""
 
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import logging
 import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-from tests import vllm_releases
 from vllm_rocm_aiter_plugin import env_backend
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.env_backend import (
     ENV_VAR,
     LEGACY_NAMES,
+    Offer,
     resolve,
     select_attention_backend,
+    stock_offer,
+    why_not_offered,
 )
 from vllm_rocm_aiter_plugin.envs import SHOWN_LIMIT
 from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
@@ -69,9 +73,15 @@ class Selection:
         return selected.get_path()
 
 
-def _select(selected, environ, select=None, **kwargs):
+EVERYTHING = Offer(tuple(AttentionBackendEnum), {}, aiter_supported=True)
+"""Stock accepts every backend for the layer: what the variable's parsing is tested under."""
+
+
+def _select(selected, environ, select=None, offer=EVERYTHING):
     select = select or Selection()
-    return select_attention_backend(select, selected, "selector", environ=environ, **kwargs)
+    return select_attention_backend(
+        select, selected, "selector", environ=environ, offer=lambda: offer
+    )
 
 
 def test_selects_the_named_backend_where_vllm_passes_none(config, caplog_vllm):
@@ -176,7 +186,8 @@ def test_a_backend_vllm_rejects_falls_back_to_automatic_selection(caplog_vllm):
     assert _select(None, {ENV_VAR: "FLASH_ATTN"}, select) == "auto-selected"
     assert select.asked == [AttentionBackendEnum.FLASH_ATTN, None]
     (warning,) = _warnings(caplog_vllm)
-    assert f"{ENV_VAR}=FLASH_ATTN is not valid for this model" in warning
+    assert warning.startswith(f"{ENV_VAR}=FLASH_ATTN is not honoured for this layer: vLLM rejects")
+    assert warning.endswith("Stock's automatic selection applies: auto-selected.")
 
 
 def test_a_command_line_backend_vllm_rejects_still_fails():
@@ -185,14 +196,41 @@ def test_a_command_line_backend_vllm_rejects_still_fails():
         _select(AttentionBackendEnum.FLASH_ATTN, {}, Selection(valid=set()))
 
 
-def test_a_backend_the_platform_cannot_run_is_never_tried(caplog_vllm):
+def test_a_backend_stock_does_not_offer_is_never_tried(caplog_vllm):
     select = Selection()
-    path = _select(
-        None, {ENV_VAR: "CPU_ATTN"}, select, why_not_here=lambda backend: "not a ROCm backend"
-    )
-    assert path == "auto-selected" and select.asked == [None]
+    offer = Offer((AttentionBackendEnum.TRITON_ATTN,), {}, aiter_supported=False)
+    assert _select(None, {ENV_VAR: "CPU_ATTN"}, select, offer) == "auto-selected"
+    assert select.asked == [None]
     (warning,) = _warnings(caplog_vllm)
-    assert warning.startswith(f"{ENV_VAR}=CPU_ATTN cannot run here (not a ROCm backend)")
+    assert warning == (
+        f"{ENV_VAR}=CPU_ATTN is not honoured for this layer: stock's automatic selection does not "
+        "offer it for this layer; stock offers this layer TRITON_ATTN. Stock's automatic selection "
+        "applies: auto-selected."
+    )
+
+
+def test_nothing_is_offered_where_vllm_cannot_say(caplog_vllm):
+    """No offer (a vLLM without ``get_valid_backends``, or one that fails): automatic selection."""
+    select = Selection()
+    assert _select(None, {ENV_VAR: "TRITON_ATTN"}, select, offer=None) == "auto-selected"
+    assert select.asked == [None]
+    (warning,) = _warnings(caplog_vllm)
+    assert "does not say which backends it selects automatically" in warning
+
+
+def test_a_layer_vllm_gives_another_backend_is_logged_as_such(caplog_vllm):
+    """vLLM's own per-layer rule (TurboQuant's boundary layers) may give another backend than the
+    one selected: the log names what the layer got, never the one asked for."""
+    triton = AttentionBackendEnum.TRITON_ATTN
+
+    def replaces(selected, *args):
+        return triton.get_path()
+
+    assert _select(None, {ENV_VAR: "ROCM_ATTN"}, replaces) == triton.get_path()
+    (warning,) = _warnings(caplog_vllm)
+    assert "vLLM gave this layer TRITON_ATTN instead" in warning
+    assert warning.endswith("applies: TRITON_ATTN.")
+    assert _lines(caplog_vllm, logging.INFO) == []
 
 
 def test_a_valid_backend_is_selected_as_named():
@@ -200,89 +238,52 @@ def test_a_valid_backend_is_selected_as_named():
     assert _select(None, {ENV_VAR: backend.name}, Selection(valid={backend})) == backend.get_path()
 
 
-FAKED_PRELUDE = """
-import logging, types
-from unittest import mock
-
-import torch
-
-# vLLM's ROCm platform module reads the GPU's architecture when it is imported; here a faked
-# MI300X answers (torch's device query, in this child process only). Everything else is vLLM's.
-mi300x = types.SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-", name="AMD Instinct MI300X",
-                               major=9, minor=4, total_memory=192 << 30, multi_processor_count=304)
-with mock.patch("torch.cuda.get_device_properties", return_value=mi300x):
-    from vllm.platforms.rocm import RocmPlatform
-    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
-from vllm.config import set_current_vllm_config
-from vllm.v1.attention.backends.registry import AttentionBackendEnum
-from vllm.v1.attention.selector import AttentionSelectorConfig
-from vllm_rocm_aiter_plugin.diagnostics import samples
-
-warnings = []
-class Record(logging.Handler):
-    def emit(self, record):
-        if record.levelno >= logging.WARNING:
-            warnings.append(record.getMessage())
-logging.getLogger("vllm.rocm_aiter_plugin").addHandler(Record())
-
-selector = AttentionSelectorConfig(head_size=64, dtype=torch.float16, kv_cache_dtype="auto",
-                                   block_size=16)
-"""
-"""vLLM's real ``RocmPlatform`` and the plugin's in a child process, on a faked gfx942: ``selector``
-describes a decoder layer; ``warnings`` collects the plugin's WARNING lines."""
-
-FAKED_GFX942 = (
-    FAKED_PRELUDE
-    + """
-backend = AttentionBackendEnum[NAME]
-
-def outcome(platform):
-    try:
-        return platform.get_attn_backend_cls(backend, selector)
-    except Exception as exc:
-        return f"raises {type(exc).__name__}"
-
-with set_current_vllm_config(samples.tiny_vllm_config()):
-    # vLLM passes the flag's backend to stock; to the plugin's platform it passes None, the
-    # field the variable no longer writes
-    plugin = AiterRocmPlatform.get_attn_backend_cls(None, selector)
-    report({"stock": outcome(RocmPlatform), "plugin": plugin,
-            "auto": RocmPlatform.get_attn_backend_cls(None, selector), "warnings": warnings,
-            "arch": RocmPlatform.get_device_capability().as_version_str()})
-"""
-)
+ROCM_ATTN, AITER_FA = AttentionBackendEnum.ROCM_ATTN, AttentionBackendEnum.ROCM_AITER_FA
 
 
-@pytest.mark.subprocess
-@pytest.mark.parametrize(
-    "name, honoured",
-    [("FLASH_ATTN", False), ("CPU_ATTN", False), ("TRITON_ATTN", True), ("ROCM_AITER_FA", True)],
-)
-def test_on_vllms_rocm_platform_only_a_backend_it_runs_is_honoured(name, honoured):
-    """vLLM's real ``RocmPlatform`` (a faked gfx942): its selector takes ``CPU_ATTN`` and passes
-    ``FLASH_ATTN`` (which needs the upstream flash-attn package on ROCm) on to fail later; the
-    plugin's platform honours the variable only for a backend that platform runs for the model,
-    and otherwise gives one WARNING and vLLM's automatic choice."""
-    from tests.subprocess_util import run_child
+@pytest.mark.parametrize("aiter_supported", [True, False])
+def test_rocm_aiter_fa_is_the_one_addition_and_only_with_aiter(aiter_supported):
+    """Stock offers ROCM_AITER_FA automatically only under VLLM_ROCM_USE_AITER; the variable may
+    pick it wherever vLLM finds AITER and supports it, and nowhere else."""
+    offer = Offer((ROCM_ATTN,), {}, aiter_supported)
+    reason = why_not_offered(AITER_FA, offer)
+    assert (reason is None) is aiter_supported
+    if reason:
+        assert "AITER is not found, or not supported on this GPU" in reason
+    unified = AttentionBackendEnum.ROCM_AITER_UNIFIED_ATTN
+    assert why_not_offered(unified, offer) is not None  # no other addition, AITER or not
 
-    if name not in AttentionBackendEnum.__members__:
-        pytest.skip(f"vLLM {vllm_releases.release()} has no {name} backend")
-    from vllm_rocm_aiter_plugin.diagnostics.forward.harness import INTERPRETER_ENV
 
-    # Triton under its interpreter: vLLM's ROCm candidates import Triton kernels (0.33.0)
-    env = {**INTERPRETER_ENV, ENV_VAR: name}
-    child = run_child(FAKED_GFX942.replace("NAME", repr(name)), env=env)
-    result = child.result
-    assert result["arch"].startswith("9.")  # the faked gfx942, or a real MI300's own arch
-    if honoured:
-        assert result["plugin"] == result["stock"] == AttentionBackendEnum[name].get_path()
-        assert result["warnings"] == []
-    else:
-        assert result["plugin"] == result["auto"]
-        (warning,) = result["warnings"]
-        assert warning.startswith(f"{ENV_VAR}={name} cannot run here")
-        assert "automatic selection applies" in warning
-    if not honoured:  # what stock does instead: accept it (to fail later), or reject it
-        assert result["stock"] in (AttentionBackendEnum[name].get_path(), "raises ValueError")
-    if name == "FLASH_ATTN":  # control: vLLM's ROCm selector accepts it (0.23.0 and 0.33.0)
-        assert result["stock"] == AttentionBackendEnum.FLASH_ATTN.get_path()
+def test_stock_reasons_are_named():
+    offer = Offer((ROCM_ATTN,), {AITER_FA: ("head_size not supported",)}, aiter_supported=True)
+    reason = why_not_offered(AITER_FA, offer)
+    assert (
+        reason == "vLLM's automatic selection rejects it for this layer (head_size not supported)"
+    )
+
+
+def test_stock_offer_is_asked_of_vllms_own_method_with_the_selection_arguments():
+    """``get_valid_backends`` gets the same arguments ``get_attn_backend_cls`` got, by name, and
+    the device capability; its candidates come back in vLLM's priority order."""
+
+    class Platform:
+        asked: dict = {}
+
+        @classmethod
+        def get_device_capability(cls):
+            return "9.4"
+
+        @classmethod
+        def get_valid_backends(cls, device_capability, attn_selector_config, num_heads=None):
+            cls.asked = {"capability": device_capability, "selector": attn_selector_config,
+                         "heads": num_heads}  # fmt: skip
+            return [(AITER_FA, 1), (ROCM_ATTN, 0)], {AttentionBackendEnum.TRITON_ATTN: ["no"]}
+
+    def select(selected_backend, attn_selector_config, num_heads=None):
+        raise AssertionError("not called")
+
+    offer = stock_offer(Platform, select, "layer", num_heads=8)
+    assert Platform.asked == {"capability": "9.4", "selector": "layer", "heads": 8}
+    assert offer is not None and offer.valid == (ROCM_ATTN, AITER_FA)
+    assert offer.invalid == {AttentionBackendEnum.TRITON_ATTN: ("no",)}
+    assert stock_offer(object, select, "layer") is None  # no get_valid_backends: nothing offered

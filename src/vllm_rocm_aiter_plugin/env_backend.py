@@ -1,16 +1,17 @@
 """``VLLM_ATTENTION_BACKEND`` for vLLM releases that no longer read it (0.18 onwards).
 
 ROCm launch scripts and CI configs still set ``VLLM_ATTENTION_BACKEND``; vLLM 0.18-0.33 silently
-ignore it. When the plugin's platform is active the variable names the backend that vLLM's
-backend selection (``get_attn_backend_cls``) tries where vLLM itself passes none, and reaches
-nothing else: no ``VllmConfig`` field is written, so model code, config hooks and usage stats that
-read ``attention_config.backend`` see what they see without the plugin. It never stops a start
-that works without the plugin: a legacy name maps to the V1 backend it meant where ROCm has one,
-any other unknown name gives one WARNING naming the valid ones and leaves automatic selection, and
-a backend the ROCm platform cannot run (:func:`why_rocm_cannot_run`), or one vLLM then rejects for
-the model, falls back to automatic selection with a WARNING (:func:`select_attention_backend`).
-Plain functions, tested on CPU; the platform class only calls them. Why: ``docs/deviations.md``,
-"platform: VLLM_ATTENTION_BACKEND".
+ignore it. When the plugin's platform is active, the rule is: **the variable picks among the
+backends stock's own automatic selection accepts for this layer, in this configuration, on this
+release** (vLLM's ``get_valid_backends``, asked for the layer at hand), plus ``ROCM_AITER_FA``
+where AITER is found and supported (``is_aiter_found_and_supported``), which stock's automatic
+selection offers only under ``VLLM_ROCM_USE_AITER``. Anything else gives one WARNING naming the
+reason and stock's automatic choice. It applies wherever vLLM's selection passes no backend:
+every layer of the model, and a speculative draft's layers unless the speculative config names
+a backend. No ``VllmConfig`` field is written, so model code, config hooks and usage stats that
+read ``attention_config.backend`` see what they see without the plugin. Plain functions, tested
+on CPU; the platform class only calls them. Why: ``docs/deviations.md``, "platform:
+VLLM_ATTENTION_BACKEND".
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from vllm.logger import init_logger
@@ -98,24 +100,169 @@ def _once(level: int, message: str, *args: object) -> None:
     logger.log(level, "%s", text)
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What stock's automatic selection accepts for one layer: the valid candidates in vLLM's
+    order, vLLM's reasons for the candidates it rejected, and whether AITER is found and
+    supported (which adds ``ROCM_AITER_FA``)."""
+
+    valid: tuple[Any, ...]
+    invalid: Mapping[Any, tuple[str, ...]]
+    aiter_supported: bool
+
+
+def stock_offer(
+    platform: Any, select: Callable[..., str], *args: Any, **kwargs: Any
+) -> Offer | None:
+    """What vLLM's ROCm ``platform`` would choose from for the layer that ``select``'s arguments
+    describe (``args``, ``kwargs``: those of ``get_attn_backend_cls`` after the backend), asked of
+    ``platform.get_valid_backends`` with exactly those arguments; None where this vLLM has no such
+    method, its arguments do not match, or it fails (then nothing can be said to be offered)."""
+    valid_backends = getattr(platform, "get_valid_backends", None)
+    if valid_backends is None:
+        return None
+    try:
+        given = inspect.signature(select).bind(None, *args, **kwargs).arguments
+        call = {}
+        for name, parameter in inspect.signature(valid_backends).parameters.items():
+            if name == "device_capability":
+                call[name] = platform.get_device_capability()
+            elif name in given:
+                call[name] = given[name]
+            elif parameter.default is inspect.Parameter.empty:
+                return None
+        valid, invalid = valid_backends(**call)
+    except Exception:  # vLLM's candidates failed to load here: nothing is known to be offered
+        return None
+    return Offer(
+        tuple(backend for backend, _priority in sorted(valid, key=lambda pair: pair[1])),
+        {backend: tuple(map(str, reasons)) for backend, reasons in invalid.items()},
+        _aiter_found_and_supported(),
+    )
+
+
+def _aiter_found_and_supported() -> bool:
+    """vLLM's own answer (``vllm._aiter_ops.is_aiter_found_and_supported``); False where this
+    vLLM lacks it or it fails."""
+    try:
+        from vllm._aiter_ops import is_aiter_found_and_supported
+
+        return bool(is_aiter_found_and_supported())
+    except Exception:
+        return False
+
+
+def why_not_offered(backend: Any, offer: Offer | None) -> str | None:
+    """Why the variable may not pick ``backend`` for a layer stock offers ``offer``; None when it
+    may (vLLM's explicit selection still validates it next)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    if offer is None:
+        return "this vLLM's ROCm platform does not say which backends it selects automatically"
+    if backend in offer.valid:
+        return None
+    if backend in offer.invalid:
+        return f"vLLM's automatic selection rejects it for this layer ({'; '.join(offer.invalid[backend])})"
+    offered = f"stock offers this layer {', '.join(b.name for b in offer.valid) or 'nothing'}"
+    no_aiter = (
+        "AITER is not found, or not supported on this GPU (vLLM's is_aiter_found_and_supported)"
+    )
+    if backend is AttentionBackendEnum.ROCM_AITER_FA:
+        return None if offer.aiter_supported else f"{no_aiter}; {offered}"
+    if "AITER" in backend.name and not offer.aiter_supported:
+        return f"{no_aiter}, so stock's automatic selection does not offer it; {offered}"
+    return f"stock's automatic selection does not offer it for this layer; {offered}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one layer's selection gave: vLLM's path, the backend's name, and why the variable's
+    backend was not honoured (None when it was)."""
+
+    path: str
+    name: str
+    refused: str | None
+
+
+def choose(
+    select: Callable[..., str],
+    requested: Any,
+    offer: Callable[[], Offer | None],
+    *args: Any,
+    **kwargs: Any,
+) -> Choice:
+    """The selection for ``requested`` (the variable's backend) where vLLM passes none: vLLM's
+    explicit selection of it where stock offers it, else stock's automatic selection. Raises only
+    what stock's automatic selection raises."""
+    reason = why_not_offered(requested, offer())
+    if reason is None:
+        try:
+            path = select(requested, *args, **kwargs)
+        except ValueError as exc:
+            reason = f"vLLM rejects it for this layer ({exc})"
+        else:
+            name = backend_name(path)
+            if name != requested.name:  # vLLM's own per-layer rule replaced it (TurboQuant)
+                reason = (
+                    f"vLLM gave this layer {name} instead, by its own rule for this configuration"
+                )
+            return Choice(path, name, reason)
+    path = select(None, *args, **kwargs)
+    return Choice(path, backend_name(path), reason)
+
+
+def backend_name(path: str) -> str:
+    """The ``AttentionBackendEnum`` name whose class path (overrides included) is ``path``, else
+    the path itself."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    for member in AttentionBackendEnum:
+        try:
+            if member.get_path() == path:
+                return member.name
+        except Exception:  # a member without a class path (a placeholder)
+            continue
+    return path
+
+
+def describe_layer(*args: Any, **kwargs: Any) -> str:
+    """A short description of the layer ``get_attn_backend_cls``'s arguments after the backend
+    describe, for log lines (its ``AttentionSelectorConfig``)."""
+    selector = kwargs.get("attn_selector_config", args[0] if args else None)
+    if selector is None or not hasattr(selector, "_asdict"):
+        return "this layer"
+    fields = selector._asdict()
+    attn_type = fields.get("attn_type", "decoder")
+    kind = str(getattr(attn_type, "value", attn_type))
+    if fields.get("use_sparse"):
+        kind = f"sparse MLA {kind}"
+    elif fields.get("use_mla"):
+        kind = f"MLA {kind}"
+    dtype = str(fields.get("dtype")).removeprefix("torch.")
+    return (
+        f"{kind} layers (head size {fields.get('head_size')}, {dtype}, KV cache "
+        f"{fields.get('kv_cache_dtype') or 'auto'})"
+    )
+
+
 def select_attention_backend(
     select: Callable[..., str],
     selected_backend: Any,
     *args: Any,
-    why_not_here: Callable[[Any], str | None] | None = None,
+    offer: Callable[[], Offer | None] | None = None,
     environ: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> str:
-    """``select(selected_backend, *args, **kwargs)`` (vLLM's ``get_attn_backend_cls``), trying
-    ``VLLM_ATTENTION_BACKEND``'s backend where vLLM passes none.
+    """``select(selected_backend, *args, **kwargs)`` (vLLM's ``get_attn_backend_cls``), picking
+    ``VLLM_ATTENTION_BACKEND``'s backend where vLLM passes none and stock's automatic selection
+    accepts it for this layer (``offer``: :func:`stock_offer` for these arguments; None offers
+    nothing).
 
-    The variable reaches this call and nothing else: no field of ``VllmConfig`` is written, so
-    every other reader of ``attention_config.backend`` sees what it sees without the plugin.
-    Where vLLM passes a backend (``--attention-backend``, or one vLLM chose for the model) that
-    backend is selected exactly as stock selects it, vLLM's errors included, and a variable that
-    names another gives one WARNING. The variable's own backend falls back to automatic selection,
-    with a WARNING, where ``why_not_here(backend)`` says the platform cannot run it or vLLM
-    rejects it for this model (ValueError): stock would have ignored the variable and started.
+    Where vLLM passes a backend (``--attention-backend``, a speculative config's, or one vLLM chose
+    for the model) that backend is selected exactly as stock selects it, vLLM's errors included,
+    and a variable that names another gives one WARNING. A backend the variable may not pick
+    gives one WARNING naming the reason and stock's automatic choice; what the layer got is
+    always logged, once.
     """
     environ = os.environ if environ is None else environ
     raw = environ.get(ENV_VAR)
@@ -132,86 +279,33 @@ def select_attention_backend(
             _once(
                 logging.WARNING,
                 "%s=%s is ignored for this selection: vLLM already selects %s (from "
-                "--attention-backend, or vLLM's own choice for this model), which wins.",
+                "--attention-backend, the speculative config, or vLLM's own choice for this "
+                "model), which wins.",
                 ENV_VAR,
                 requested.name,
                 selected_backend.name,
             )
         return select(selected_backend, *args, **kwargs)
-    reason = why_not_here(requested) if why_not_here is not None else None
-    if reason:
+    choice = choose(select, requested, offer or (lambda: None), *args, **kwargs)
+    layer = describe_layer(*args, **kwargs)
+    if choice.refused:
         _once(
             logging.WARNING,
-            "%s=%s cannot run here (%s); automatic selection applies. Unset it, or name a "
-            "backend this platform runs.",
+            "%s=%s is not honoured for %s: %s. Stock's automatic selection applies: %s.",
             ENV_VAR,
             requested.name,
-            reason,
+            layer,
+            choice.refused,
+            choice.name,
         )
-        return select(None, *args, **kwargs)
-    try:
-        path = select(requested, *args, **kwargs)
-    except ValueError as exc:
+    else:
         _once(
-            logging.WARNING,
-            "%s=%s is not valid for this model on this GPU (%s); automatic selection applies.",
+            logging.INFO,
+            "Attention backend %s selected by %s=%s for %s (vLLM's next line says "
+            "--attention-backend; no config field is changed).",
+            choice.name,
             ENV_VAR,
-            requested.name,
-            exc,
+            shown(raw),
+            layer,
         )
-        return select(None, *args, **kwargs)
-    _once(
-        logging.INFO,
-        "Attention backend %s selected by %s=%s (vLLM's next line says --attention-backend; "
-        "no config field is changed).",
-        requested.name,
-        ENV_VAR,
-        shown(raw),
-    )
-    return path
-
-
-def why_rocm_cannot_run(
-    platform: Any, select: Callable[..., str], backend: Any, *args: Any, **kwargs: Any
-) -> str | None:
-    """Why vLLM's ROCm ``platform`` cannot run ``backend`` for the model that ``select``'s
-    arguments describe (``args``, ``kwargs``: those of ``get_attn_backend_cls``); None when it can.
-
-    It can run vLLM's ROCm backends (``ROCM_*``; vLLM validates them for the model next), and
-    every backend that vLLM's own automatic selection on this platform finds valid for the model
-    (``get_valid_backends``). Anything else, ``FLASH_ATTN`` (it needs the upstream flash-attn
-    package on ROCm) or ``CPU_ATTN`` say, is refused: vLLM's ROCm selector would accept either
-    and fail later. Where this vLLM cannot say which backends are valid, only ``ROCM_*`` runs."""
-    if backend.name.startswith("ROCM_"):
-        return None
-    valid = _automatic_candidates(platform, select, backend, *args, **kwargs)
-    if valid is None:
-        return "this vLLM's ROCm platform does not say which backends it can run"
-    if backend in valid:
-        return None
-    names = ", ".join(b.name for b in valid) or "none"
-    return f"vLLM's ROCm platform does not run it for this model; it runs {names}"
-
-
-def _automatic_candidates(
-    platform: Any, select: Callable[..., str], backend: Any, *args: Any, **kwargs: Any
-) -> list[Any] | None:
-    """The backends ``platform.get_valid_backends`` finds valid for ``select``'s arguments, or
-    None where this vLLM has no such method or its arguments do not match."""
-    valid_backends = getattr(platform, "get_valid_backends", None)
-    if valid_backends is None:
-        return None
-    try:
-        given = inspect.signature(select).bind(backend, *args, **kwargs).arguments
-        call = {}
-        for name, parameter in inspect.signature(valid_backends).parameters.items():
-            if name == "device_capability":
-                call[name] = platform.get_device_capability()
-            elif name in given:
-                call[name] = given[name]
-            elif parameter.default is inspect.Parameter.empty:
-                return None
-        valid, _invalid = valid_backends(**call)
-    except Exception:  # vLLM's candidates failed to load here: this cannot say which can run
-        return None
-    return [candidate for candidate, _priority in valid]
+    return choice.path

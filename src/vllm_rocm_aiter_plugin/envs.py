@@ -214,9 +214,11 @@ VARIABLES: tuple[Variable, ...] = (
              "sized as vLLM sizes them). `force`: the plugin's faster build even on a vLLM release "
              "it was not checked against (release checks only)", parse_fast_build),
     Variable(ATTENTION_BACKEND, "plugin", "a backend name, `auto`",
-             "with a ROCm GPU: the backend vLLM's attention selection tries where neither "
-             "--attention-backend nor vLLM's own choice for the model names one. It changes no "
-             "config field (vLLM itself ignores the variable)", parse_attention_backend),
+             "with a ROCm GPU, where neither --attention-backend nor vLLM's own choice for the "
+             "model names one: picks among the backends vLLM's own automatic selection accepts for "
+             "each layer (plus ROCM_AITER_FA where AITER is found and supported); otherwise a "
+             "WARNING and vLLM's choice. It changes no config field (vLLM itself ignores the "
+             "variable)", parse_attention_backend),
     Variable(VLLM_PLUGINS, "vLLM", "unset, or a comma list",
              "which plugins vLLM loads: must list vllm_rocm_aiter_plugin if set. vLLM does not "
              "strip blanks, so `a, vllm_rocm_aiter_plugin` excludes it", parse_vllm_plugins),

@@ -12,21 +12,21 @@ from typing import Any
 
 from vllm.platforms.rocm import RocmPlatform
 
-from vllm_rocm_aiter_plugin.env_backend import select_attention_backend, why_rocm_cannot_run
+from vllm_rocm_aiter_plugin.env_backend import select_attention_backend, stock_offer
 
 
 class AiterRocmPlatform(RocmPlatform):
     """vLLM's ROCm platform whose backend selection also honours ``VLLM_ATTENTION_BACKEND``,
-    never failing a start for it."""
+    among the backends stock's automatic selection accepts for each layer."""
 
     @classmethod
     def get_attn_backend_cls(cls, selected_backend: Any, *args: Any, **kwargs: Any) -> str:
         # The variable is read from the environment, which vLLM's worker processes inherit.
         select = super().get_attn_backend_cls
-
-        def why_not_here(backend: Any) -> str | None:
-            return why_rocm_cannot_run(cls, select, backend, *args, **kwargs)
-
         return select_attention_backend(
-            select, selected_backend, *args, why_not_here=why_not_here, **kwargs
+            select,
+            selected_backend,
+            *args,
+            offer=lambda: stock_offer(cls, select, *args, **kwargs),
+            **kwargs,
         )

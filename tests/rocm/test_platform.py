@@ -1,8 +1,9 @@
-"""MI300 tier: the plugin's platform on a real ROCm machine, through vLLM's own config path.
+"""MI300 tier: the plugin's platform on a real ROCm machine, through vLLM's own selection path.
 
 In a fresh interpreter, vLLM resolves ``current_platform`` from the platform plugins (the plugin's
-``RocmPlatform`` subclass, since a ROCm GPU is present), and building a ``VllmConfig`` runs
-``current_platform.check_and_update_config``: ``VLLM_ATTENTION_BACKEND`` then selects the backend.
+``RocmPlatform`` subclass, since a ROCm GPU is present); vLLM's ``get_attn_backend`` then selects
+through it, and ``VLLM_ATTENTION_BACKEND`` picks among what stock's selection accepts for the
+layer (plus ROCM_AITER_FA, AITER being present in this tier). No config field is written.
 """
 
 from __future__ import annotations
@@ -19,19 +20,36 @@ pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.subprocess]
     [("ROCM_AITER_FA", "ROCM_AITER_FA"), ("auto", None), ("ROCM_FLASH", "ROCM_ATTN"),
      ("XFORMERS", None), ("bogus", None)],
 )  # fmt: skip
-def test_vllm_attention_backend_through_check_and_update_config(value, expected):
+def test_vllm_attention_backend_through_vllms_selector(value, expected):
     child = run_child(
         """
+        import torch
+        from vllm.config import set_current_vllm_config
         from vllm.platforms import current_platform
+        from vllm.platforms.rocm import RocmPlatform
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        from vllm.v1.attention.selector import AttentionSelectorConfig, get_attn_backend
         from vllm_rocm_aiter_plugin.diagnostics import samples
         config = samples.tiny_vllm_config(device="cuda")
-        backend = config.attention_config.backend
+        with set_current_vllm_config(config):
+            chosen = get_attn_backend(128, torch.bfloat16, "auto")
+            layer = AttentionSelectorConfig(head_size=128, dtype=torch.bfloat16,
+                                            kv_cache_dtype="auto", block_size=None)
+            automatic = RocmPlatform.get_attn_backend_cls(None, layer)
+        path = f"{chosen.__module__}.{chosen.__qualname__}"
         report({
             "platform": type(current_platform).__module__ + "." + type(current_platform).__name__,
-            "backend": None if backend is None else backend.name,
+            "field": config.attention_config.backend,
+            "path": path,
+            "automatic": automatic,
+            "expected": {m.name: m.get_path() for m in AttentionBackendEnum
+                         if m.name in ("ROCM_AITER_FA", "ROCM_ATTN")},
         })
         """,
         env={"VLLM_ATTENTION_BACKEND": value},
     )
-    assert child.result["platform"] == "vllm_rocm_aiter_plugin.platform.AiterRocmPlatform"
-    assert child.result["backend"] == expected
+    result = child.result
+    assert result["platform"] == "vllm_rocm_aiter_plugin.platform.AiterRocmPlatform"
+    assert result["field"] is None  # the variable writes no config field
+    wanted = result["automatic"] if expected is None else result["expected"][expected]
+    assert result["path"] == wanted

@@ -229,8 +229,9 @@ def _attention_backend_report(
     variable: envs.Variable, raw: str | None, reading: envs.Reading
 ) -> VariableReport:
     """``VLLM_ATTENTION_BACKEND``: which backend the name selects needs vLLM's list (``envs``
-    reads it without vLLM); whether ROCm runs it, vLLM's ROCm candidates (:mod:`.rocm_backends`)."""
-    from vllm_rocm_aiter_plugin.diagnostics.rocm_backends import read_rocm_backends
+    reads it without vLLM); whether it is honoured here, the plugin's own selection on each kind
+    of layer (:mod:`.backend_choice`)."""
+    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import verdict_here
 
     shown = None if raw is None else envs.cut(raw)
     report = VariableReport(variable.name, variable.owner, shown, reading.meaning, reading.problem)
@@ -238,17 +239,16 @@ def _attention_backend_report(
         return report
     name = reading.value.name
     try:
-        problem, note = read_rocm_backends().verdict(name)
+        verdict = verdict_here(name)
     except (LookupError, OSError, SyntaxError) as exc:
-        report.note = (
-            f"{variable.name}={name}: whether vLLM's ROCm platform runs it could not be read off "
-            f"this vLLM ({exc}); the plugin's platform checks it when vLLM starts on ROCm"
+        report.problem = (
+            f"{variable.name}={name}: whether it is honoured could not be checked on this vLLM "
+            f"({type(exc).__name__}: {exc})"
         )
         return report
-    if problem:
-        report.problem = problem
-        report.meaning = f"names {name}, which vLLM's ROCm platform cannot run: automatic selection"
-    report.note = note
+    report.problem = verdict.problem
+    report.note = verdict.note
+    report.meaning = verdict.meaning or report.meaning
     return report
 
 

@@ -51,9 +51,11 @@ def write_tiny_llama(
     head_size: int = HEAD_SIZE,
     num_heads: int = NUM_HEADS,
     num_kv_heads: int = NUM_KV_HEADS,
+    encoder_decoder: bool = False,
 ) -> str:
     """Write a tiny Llama ``config.json`` into ``directory``; if None, into a new temporary
-    directory that is removed when the process exits."""
+    directory that is removed when the process exits. ``encoder_decoder`` marks it as an
+    encoder-decoder model (``is_encoder_decoder``), which vLLM's backend selection reads."""
     if directory is None:
         directory = tempfile.mkdtemp(prefix="tiny-llama-")
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
@@ -65,6 +67,7 @@ def write_tiny_llama(
         "hidden_size": num_heads * head_size,
         "num_attention_heads": num_heads,
         "num_key_value_heads": num_kv_heads,
+        **({"is_encoder_decoder": True} if encoder_decoder else {}),
     }
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -93,6 +96,7 @@ def tiny_vllm_config(
     block_size: int = BLOCK_SIZE,
     device: str = "cpu",
     cache_dtype: str = "auto",
+    encoder_decoder: bool = False,
 ) -> VllmConfig:
     """A real ``VllmConfig`` over a tiny Llama, built offline.
 
@@ -110,7 +114,7 @@ def tiny_vllm_config(
         VllmConfig,
     )
 
-    model_dir = model_dir or write_tiny_llama()
+    model_dir = model_dir or write_tiny_llama(encoder_decoder=encoder_decoder)
     model_config = ModelConfig(
         model=model_dir,
         tokenizer=model_dir,
@@ -136,7 +140,7 @@ def tiny_vllm_config(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=MAX_MODEL_LEN,
-            is_encoder_decoder=False,
+            is_encoder_decoder=encoder_decoder,
         ),
         device_config=DeviceConfig(device=device),  # type: ignore[arg-type]
         speculative_config=speculative_config,

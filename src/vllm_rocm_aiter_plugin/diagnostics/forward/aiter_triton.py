@@ -147,7 +147,7 @@ class _HipTarget:
 
 
 @contextlib.contextmanager
-def _loading(root: Path) -> Iterator[None]:
+def loading(root: Path) -> Iterator[None]:
     """Bare ``aiter`` packages and a HIP target for the import; afterwards ``sys.modules`` and
     Triton's active driver are as they were."""
     from triton.runtime import driver
@@ -193,7 +193,7 @@ def load_unified_attention() -> tuple[UnifiedAttention | None, str]:
     from vllm_rocm_aiter_plugin.rebind import with_globals
 
     try:
-        with _loading(root):
+        with loading(root):
             module = importlib.import_module(MODULE)
         function = with_globals(
             module.unified_attention, {"get_num_sms": lambda: MI300X_COMPUTE_UNITS}

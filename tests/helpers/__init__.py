@@ -1,0 +1,1 @@
+"""What the tests share: helpers, never tests (pytest collects nothing here)."""

@@ -1,0 +1,327 @@
+"""The selection property, run in an emulated ROCm child process by
+``tests/test_backend_selection.py`` (:func:`main`, first thing in the child).
+
+For every draw (a name for ``VLLM_ATTENTION_BACKEND`` x a kind of attention layer x head size x
+dtype x KV-cache dtype x block size), on this process's GPU and AITER: the plugin's pick is
+stock's automatic pick, one of stock's valid candidates for that layer, or ``ROCM_AITER_FA``
+where AITER is found and supported; it never raises where stock does not; its impl constructs
+for the layer wherever stock's own pick does; the plugin's log line names what the layer got.
+Then, for every name, the doctor's verdict agrees with the selection on the doctor's kinds.
+Returns counts, and the first failure with its falsifying example.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from collections import Counter
+from typing import Any
+
+from tests.helpers.emulated_rocm import activate_plugin_platform, emulate
+
+EXTRA_KINDS: tuple[tuple[str, dict[str, Any], bool, str | None], ...] = (
+    # label, AttentionSelectorConfig fields, encoder-decoder model, the run's cache dtype
+    (
+        "sliding-window decoder layers with sinks",
+        {"has_sliding_window": True, "has_sink": True},
+        False,
+        None,
+    ),
+    ("decoder layers with a KV connector", {"use_kv_connector": True}, False, None),
+    ("MLA layers with a KV connector", {"use_mla": True, "use_kv_connector": True}, False, None),
+    ("decoder layers with a multimodal prefix", {"use_mm_prefix": True}, False, None),
+    ("decoder layers with per-head quant scales", {"use_per_head_quant_scales": True}, False, None),
+    ("non-causal decoder layers", {"use_non_causal": True}, False, None),
+    ("batch-invariant decoder layers", {"use_batch_invariant": True}, False, None),
+    ("decoder layers under decode context parallel", {"use_dcp": True}, False, None),
+    (
+        "TurboQuant-quantized layers",
+        {"kv_cache_dtype": "turboquant_k8v4"},
+        False,
+        "turboquant_k8v4",
+    ),
+    ("a TurboQuant run's boundary layers", {"kv_cache_dtype": "auto"}, False, "turboquant_k8v4"),
+)
+"""With ``backend_choice.KINDS``, the 19 kinds of layer drawn; one whose field or cache dtype
+this release lacks is not drawn (the report says which)."""
+
+HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256, 512, 576)
+BLOCK_SIZES = (None, 1, 8, 16, 32, 64, 128, 256)
+JUNK = ("auto", "", "bogus", "rocm_aiter_fa ", "FLASH_ATTN_VLLM_V1")
+# Half the draws come from what ROCm operators serve, so that most layers have backends to pick
+SERVED_HEAD_SIZES = (64, 128, 256)
+SERVED_BLOCK_SIZES = (None, 16, 32)
+SERVED_KV_DTYPES = ("auto", "fp8", "bfloat16")
+
+
+def half_served(served, every):
+    """Draws from ``served`` half the time, from ``every`` otherwise."""
+    from hypothesis import strategies as st
+
+    return st.one_of(st.sampled_from(served), st.sampled_from(every))
+
+
+def names() -> list[str]:
+    """Every name this vLLM knows, the legacy names, and a few that are no backend at all."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from vllm_rocm_aiter_plugin.env_backend import LEGACY_NAMES
+
+    return [*AttentionBackendEnum.__members__, *LEGACY_NAMES, *JUNK]
+
+
+def rocm_names() -> list[str]:
+    """The names this vLLM's ROCm selection offers for some layer, ROCM_AITER_FA, and the names
+    of backends it never offers that ROCm launch scripts set."""
+    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import rocm_candidate_names
+
+    return [*rocm_candidate_names(), "ROCM_AITER_FA", "FLASH_ATTN", "ROCM_FLASH", "CPU_ATTN"]
+
+
+def name_of(path: str) -> str:
+    """The ``AttentionBackendEnum`` member whose class path (overrides included) is ``path``."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    for member in AttentionBackendEnum:
+        try:
+            if member.get_path() == path:
+                return member.name
+        except ValueError:  # a placeholder member without a class
+            continue
+    return path
+
+
+def kinds() -> tuple[list[tuple[str, dict[str, Any], bool, str | None]], list[str]]:
+    """The kinds this release can describe, and the labels of those it cannot."""
+    import typing
+
+    from vllm.config.cache import CacheDType
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import KINDS
+
+    every = [(k.label, k.fields, k.encoder_decoder_model, None) for k in KINDS] + list(EXTRA_KINDS)
+    cache_dtypes = set(typing.get_args(CacheDType))
+    usable, missing = [], []
+    for kind in every:
+        label, fields, _encdec, run_cache = kind
+        ok = set(fields) <= set(AttentionSelectorConfig._fields) | {"kv_cache_dtype", "head_size"}
+        ok = ok and (run_cache is None or run_cache in cache_dtypes)
+        (usable if ok else missing).append(kind if ok else label)
+    return usable, missing
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def construct_impl(backend_cls: Any, layer: Any) -> None:
+    """Build ``backend_cls``'s impl for ``layer`` as an attention layer would (MLA's extra
+    arguments included), raising what its constructor raises."""
+    import inspect
+
+    import torch
+
+    impl_cls = backend_cls.get_impl_cls()
+    heads = 8
+    values: dict[str, Any] = {
+        "num_heads": heads, "head_size": layer.head_size, "scale": layer.head_size**-0.5,
+        "num_kv_heads": 1 if layer.use_mla else 2, "alibi_slopes": None,
+        "sliding_window": 64 if getattr(layer, "has_sliding_window", False) else None,
+        "kv_cache_dtype": layer.kv_cache_dtype or "auto", "logits_soft_cap": None,
+        "attn_type": layer.attn_type, "kv_sharing_target_layer_name": None,
+    }  # fmt: skip
+    if layer.has_sink:
+        values["sinks"] = torch.zeros(heads)
+    if layer.use_mla:
+        values.update(
+            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+            qk_head_dim=192, v_head_dim=128, indexer=None,
+            kv_b_proj=torch.nn.Linear(512, heads * 256, bias=False),
+        )  # fmt: skip
+    parameters = inspect.signature(impl_cls.__init__).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    impl_cls(**{k: v for k, v in values.items() if takes_any or k in parameters})
+
+
+EXAMPLES = 1500
+"""Hypothesis examples per machine (each draw costs a few ms; the child's start ~8 s)."""
+
+
+def main(arch: str, aiter: bool, examples: int = EXAMPLES) -> dict[str, Any]:
+    emulate(arch, aiter)
+    activate_plugin_platform()
+    import contextlib
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.rocm import RocmPlatform
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from vllm_rocm_aiter_plugin import env_backend
+    from vllm_rocm_aiter_plugin.diagnostics import backend_choice, samples
+    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import LayerKind
+    from vllm_rocm_aiter_plugin.diagnostics.forward.aiter_triton import loading
+    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
+    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+    lines = _Lines()
+    logging.getLogger(LOGGER_NAME).addHandler(lines)
+    logging.getLogger(LOGGER_NAME).setLevel(logging.INFO)  # its INFO lines, whatever vLLM's level
+    from vllm._aiter_ops import is_aiter_found_and_supported
+
+    aiter_supported = is_aiter_found_and_supported()
+    aiter_spec = importlib.util.find_spec("aiter")
+    aiter_root = Path(next(iter(aiter_spec.submodule_search_locations))) if aiter_spec else None
+    usable, missing = kinds()
+    configs: dict[tuple[bool, str], Any] = {}
+    capability = RocmPlatform.get_device_capability()
+    counts: Counter[str] = Counter()
+
+    def config(encoder_decoder: bool, cache: str) -> Any:
+        if (encoder_decoder, cache) not in configs:
+            configs[encoder_decoder, cache] = samples.tiny_vllm_config(
+                encoder_decoder=encoder_decoder, cache_dtype=cache
+            )
+        return configs[encoder_decoder, cache]
+
+    def outcome(call: Any) -> str:
+        try:
+            return call()
+        except Exception as exc:
+            return f"raises {type(exc).__name__}"
+
+    def constructs(path: str, layer: Any) -> str | None:
+        """None where the impl of ``path``'s backend constructs for ``layer``, else why not."""
+        loader = loading(aiter_root) if aiter and aiter_root else contextlib.nullcontext()
+        try:
+            with loader:
+                construct_impl(resolve_obj_by_qualname(path), layer)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    import typing
+
+    from vllm.config.cache import CacheDType
+
+    kv_dtypes = [None, *typing.get_args(CacheDType)]
+
+    @settings(max_examples=examples, database=None, derandomize=True, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(
+        name=half_served(rocm_names(), names()),
+        kind=st.sampled_from(usable),
+        head_size=half_served(SERVED_HEAD_SIZES, HEAD_SIZES),
+        dtype=half_served(
+            [torch.bfloat16, torch.float16], [torch.float16, torch.bfloat16, torch.float32]
+        ),
+        kv_cache_dtype=half_served(SERVED_KV_DTYPES, kv_dtypes),
+        block_size=half_served(SERVED_BLOCK_SIZES, BLOCK_SIZES),
+    )
+    def property_holds(name, kind, head_size, dtype, kv_cache_dtype, block_size):
+        label, fields, encoder_decoder, run_cache = kind
+        layer = backend_choice.selector(
+            LayerKind(label, fields), fields.get("head_size", head_size), dtype,
+            kv_cache_dtype, block_size,
+        )  # fmt: skip
+        os.environ[env_backend.ENV_VAR] = name
+        env_backend._said.clear()  # each draw is a fresh process's first selection
+        lines.records.clear()
+        with set_current_vllm_config(config(encoder_decoder, run_cache or "auto")):
+            stock = outcome(lambda: RocmPlatform.get_attn_backend_cls(None, layer))
+            plugin = outcome(lambda: AiterRocmPlatform.get_attn_backend_cls(None, layer))
+            valid, _invalid = RocmPlatform.get_valid_backends(capability, layer)
+            allowed = {backend.get_path() for backend, _ in valid}
+            if not stock.startswith("raises"):
+                allowed.add(stock)
+            if aiter_supported:
+                allowed.add(AttentionBackendEnum.ROCM_AITER_FA.get_path())
+            if stock.startswith("raises") and plugin not in allowed:  # ROCM_AITER_FA may serve
+                assert plugin == stock, f"stock {stock}, plugin {plugin}"
+                counts["stock raises"] += 1
+                return
+            assert not plugin.startswith("raises"), f"plugin {plugin} where stock gives {stock}"
+            assert plugin in allowed, f"plugin picks {plugin}; stock allows {sorted(allowed)}"
+            got = name_of(plugin)
+            why = constructs(plugin, layer)
+            if why is not None:
+                assert plugin == stock or constructs(stock, layer) is not None, (
+                    f"the plugin's pick {plugin} does not construct ({why}); stock's {stock} does"
+                )
+                counts[f"{got}: does not construct here, nor does stock's pick"] += 1
+            for record in lines.records:
+                text = record.getMessage()
+                if record.levelno == logging.INFO:
+                    assert text.startswith(f"Attention backend {got} selected"), text
+                elif "is not honoured" in text:
+                    assert text.endswith(f"Stock's automatic selection applies: {got}."), text
+        requested = env_backend.resolve(name).value
+        counts[
+            "honoured" if requested is not None and got == requested.name else "stock's pick"
+        ] += 1
+
+    report: dict[str, Any] = {
+        "arch": arch, "aiter": aiter, "aiter_supported": aiter_supported,
+        "kinds": len(usable), "kinds_not_on_this_release": missing,
+    }  # fmt: skip
+    try:
+        property_holds()
+    except Exception as exc:
+        report["failure"] = "".join(traceback.format_exception(exc))[-6000:]
+    report["counts"] = dict(counts)
+    try:
+        report["doctor"] = doctor_agrees(names())
+    except Exception as exc:  # reported as a disagreement, with its cause
+        report["doctor"] = [f"the doctor's check failed: {type(exc).__name__}: {exc}"]
+    return report
+
+
+def doctor_agrees(every: list[str]) -> list[str]:
+    """For every name that selects a backend: the doctor's PROBLEM / NOTE / nothing against the
+    plugin platform's own picks on the doctor's kinds; the disagreements."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    from vllm_rocm_aiter_plugin.diagnostics import backend_choice, doctor, samples
+    from vllm_rocm_aiter_plugin.env_backend import ENV_VAR, resolve
+    from vllm_rocm_aiter_plugin.envs import VARIABLES
+    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
+
+    variable = next(v for v in VARIABLES if v.name == ENV_VAR)
+    configs = {flag: samples.tiny_vllm_config(encoder_decoder=flag) for flag in (False, True)}
+    wrong = []
+    for name in every:
+        reading = resolve(name)
+        if reading.value is None:
+            continue
+        os.environ[ENV_VAR] = name
+        honoured = []
+        for kind in backend_choice.KINDS:
+            layer = backend_choice.selector(
+                kind, kind.fields.get("head_size", 128), torch.bfloat16, "auto", None
+            )
+            with set_current_vllm_config(configs[kind.encoder_decoder_model]):
+                try:
+                    path = AiterRocmPlatform.get_attn_backend_cls(None, layer)
+                except ValueError:
+                    continue
+            honoured.append(name_of(path) == reading.value.name)
+        report = doctor._attention_backend_report(variable, name, reading)
+        expected = "nothing" if all(honoured) else "PROBLEM" if not any(honoured) else "NOTE"
+        said = "PROBLEM" if report.problem else "NOTE" if report.note else "nothing"
+        exit_code = 1 if report.problem else 0  # a PROBLEM line is an exit 1 (test_doctor.py)
+        if said != expected or exit_code != (expected == "PROBLEM"):
+            wrong.append(f"{name}: the doctor says {said}, the selection honours {honoured}")
+    return wrong

@@ -1,0 +1,139 @@
+"""The cases issue reports named, on one emulated ROCm machine (``tests/test_backend_selection.py``
+runs :func:`facts` first thing in a child process): what stock and the plugin's platform give,
+what the plugin logs, whether the pick's impl constructs, and what the doctor says.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import types
+from typing import Any
+
+from tests.helpers.emulated_rocm import activate_plugin_platform, emulate
+from tests.helpers.selection_property import construct_impl, name_of
+
+AITER_BACKENDS = ("ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA")
+AITER_MLA_BACKENDS = ("ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA")
+ROCM_ATTN_NAMES = ("ROCM_ATTN", "ROCM_FLASH", "ROCM_ATTN_VLLM_V1")
+"""``ROCM_ATTN`` and the legacy names that select it."""
+TURBOQUANT_RUN = "turboquant_k8v4"
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelname, record.getMessage()))
+
+
+def facts(arch: str, aiter: bool) -> dict[str, Any]:
+    emulate(arch, aiter)
+    activate_plugin_platform()
+    import contextlib
+    import importlib.util
+    import typing
+    from pathlib import Path
+
+    import torch
+    from vllm._aiter_ops import is_aiter_found_and_supported
+    from vllm.config import SpeculativeConfig, set_current_vllm_config
+    from vllm.config.cache import CacheDType
+    from vllm.platforms.rocm import RocmPlatform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.selector import get_attn_backend
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    from tests.helpers.doctor_answers import healthy_in_process_checks
+    from vllm_rocm_aiter_plugin import env_backend
+    from vllm_rocm_aiter_plugin.diagnostics import backend_choice, doctor, samples
+    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import KINDS, LayerKind
+    from vllm_rocm_aiter_plugin.diagnostics.forward.aiter_triton import loading
+    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
+    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+
+    handler = _Lines()
+    logging.getLogger(LOGGER_NAME).addHandler(handler)
+    logging.getLogger(LOGGER_NAME).setLevel(logging.INFO)  # its INFO lines, whatever vLLM's level
+    spec = importlib.util.find_spec("aiter")
+    root = Path(next(iter(spec.submodule_search_locations))) if spec else None
+    capability = RocmPlatform.get_device_capability()
+
+    def one(name: str, layer: Any, config: Any) -> dict[str, Any]:
+        """The plugin's pick for ``VLLM_ATTENTION_BACKEND=name`` on ``layer``, as a fresh
+        process makes it, beside stock's automatic pick and valid candidates."""
+        os.environ[env_backend.ENV_VAR] = name
+        env_backend._said.clear()
+        handler.lines.clear()
+        with set_current_vllm_config(config):
+            stock = RocmPlatform.get_attn_backend_cls(None, layer)
+            valid, _ = RocmPlatform.get_valid_backends(capability, layer)
+            plugin = AiterRocmPlatform.get_attn_backend_cls(None, layer)
+            try:
+                with loading(root) if aiter and root else contextlib.nullcontext():
+                    construct_impl(AttentionBackendEnum[name_of(plugin)].get_class(), layer)
+                constructs = None
+            except Exception as exc:
+                constructs = f"{type(exc).__name__}: {exc}"
+        return {
+            "plugin": name_of(plugin), "stock": name_of(stock),
+            "valid": [backend.name for backend, _ in valid], "constructs": constructs,
+            "lines": list(handler.lines),
+        }  # fmt: skip
+
+    def layer_of(kind: LayerKind, kv_cache_dtype: str = "auto") -> Any:
+        size = kind.fields.get("head_size", 128)
+        return backend_choice.selector(kind, size, torch.bfloat16, kv_cache_dtype, None)
+
+    plain = samples.tiny_vllm_config()
+    encoder_decoder = samples.tiny_vllm_config(encoder_decoder=True)
+    decoder, mla = KINDS[0], next(k for k in KINDS if k.label == "MLA layers")
+    found: dict[str, Any] = {"aiter_supported": is_aiter_found_and_supported()}
+    with set_current_vllm_config(plain):
+        valid, _ = RocmPlatform.get_valid_backends(capability, layer_of(decoder))
+    found["decoder_valid"] = [backend.name for backend, _ in valid]
+    found["decoder"] = {n: one(n, layer_of(decoder), plain) for n in AITER_BACKENDS}
+    found["mla"] = {n: one(n, layer_of(mla), plain) for n in AITER_MLA_BACKENDS}
+    found["encoder_decoder"] = {
+        kind.label: {n: one(n, layer_of(kind), encoder_decoder) for n in ROCM_ATTN_NAMES}
+        for kind in KINDS
+        if kind.encoder_decoder_model
+    }
+    if TURBOQUANT_RUN in typing.get_args(CacheDType):  # a run's boundary layer keeps "auto"
+        run = samples.tiny_vllm_config(cache_dtype=TURBOQUANT_RUN)
+        found["turboquant_boundary"] = one("ROCM_ATTN", layer_of(decoder), run)
+
+    # The doctor, whole (its other checks answered as healthy): verdict lines and exit code
+    found["doctor"] = {}
+    for name in (*AITER_BACKENDS, *AITER_MLA_BACKENDS, "ROCM_ATTN", "TRITON_ATTN"):
+        os.environ[env_backend.ENV_VAR] = name
+        report = doctor.collect(healthy_in_process_checks())
+        found["doctor"][name] = {
+            "problems": report.problems, "notes": report.notes, "exit_code": report.exit_code,
+        }  # fmt: skip
+
+    # A speculative draft's selection, through vLLM's own draft config and selector
+    os.environ[env_backend.ENV_VAR] = "TRITON_ATTN"
+    target = samples.tiny_vllm_config(num_speculative_tokens=3)
+    drafts = {"unnamed": target.speculative_config}
+    drafts["ROCM_ATTN"] = SpeculativeConfig(  # --speculative-config '{..., "attention_backend": ...}'
+        method="eagle", model=target.speculative_config.model, num_speculative_tokens=3,
+        target_model_config=target.model_config, target_parallel_config=target.parallel_config,
+        attention_backend=AttentionBackendEnum.ROCM_ATTN,
+    )  # fmt: skip
+    found["draft"] = {}
+    for label, speculative in drafts.items():
+        proposer = types.SimpleNamespace(speculative_config=speculative, vllm_config=target)
+        draft = SpecDecodeBaseProposer._create_draft_vllm_config(proposer)  # type: ignore[arg-type]
+        env_backend._said.clear()
+        handler.lines.clear()
+        with set_current_vllm_config(draft):
+            chosen = get_attn_backend(128, torch.bfloat16, "auto")
+        found["draft"][label] = {
+            "backend": chosen.get_name(), "path": f"{chosen.__module__}.{chosen.__qualname__}",
+            "config_backend": getattr(draft.attention_config.backend, "name", None),
+            "lines": list(handler.lines),
+        }  # fmt: skip
+    return found
