@@ -180,21 +180,51 @@ def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) ->
     install_plugin_wheel(session)  # nox itself says that it reuses the environment
 
 
+def _tree_digest() -> str | None:
+    """A digest of every file the sdist (and so the wheel) is built from: the checkout's tracked
+    and untracked, not ignored files, by content; None outside a git checkout."""
+    top = os.path.dirname(os.path.abspath(__file__))
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True, check=True, cwd=top,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(filter(None, listed.decode().split("\0"))):
+        digest.update(name.encode() + b"\0")
+        path = os.path.join(top, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
 def plugin_wheel(session: nox.Session) -> str:
-    """The plugin's wheel: ``$VLLM_ROCM_AITER_PLUGIN_WHEEL``, else one built now from the tree the
-    way a release builds it (``python -m build``: the sdist, then the wheel from the sdist), once
+    """The plugin's wheel: ``$VLLM_ROCM_AITER_PLUGIN_WHEEL``, else one built the way a release
+    builds it (``python -m build``: the sdist, then the wheel from the sdist) into
+    ``build/plugin-dist/<digest>/``, where ``<digest>`` is :func:`_tree_digest`'s: a wheel built
+    from the same files is reused (by content, not by time); outside a git checkout, one build
     per nox run."""
     given = os.environ.get(WHEEL_ENV)
     if given:
         if not os.path.isfile(given):
             session.error(f"{WHEEL_ENV}={given} is not a file")
         return os.path.abspath(given)
-    if "wheel" not in _built:
-        out = os.path.abspath(os.path.join("build", "plugin-dist"))
-        shutil.rmtree(out, ignore_errors=True)
+    if "wheel" in _built:
+        return _built["wheel"]
+    digest = _tree_digest()
+    root = os.path.abspath(os.path.join("build", "plugin-dist"))
+    out = os.path.join(root, digest or "this-run")
+    found = glob.glob(os.path.join(out, "*.whl")) if digest else []
+    if found:
+        session.log(f"reusing {found[0]}: built from the same files ({digest[:12]})")
+    else:
+        shutil.rmtree(root, ignore_errors=True)  # one wheel kept: the newest tree's
         session.run(sys.executable, "-m", "build", "--outdir", out, ".", external=True, silent=True)
-        (wheel,) = glob.glob(os.path.join(out, "*.whl"))
-        _built["wheel"] = wheel
+        found = glob.glob(os.path.join(out, "*.whl"))
+    (_built["wheel"],) = found
     return _built["wheel"]
 
 

@@ -9,7 +9,9 @@ A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end gener
 - ``variables`` (README) and ``variables-all`` (``docs/architecture.md``): ``envs.VARIABLES``;
 - ``bench``: ``benchmarks/results/bench.json`` (``bash scripts/nox -s bench``);
 - ``trace`` and ``trace-forward``: ``benchmarks/results/serving_trace.json``
-  (``bash scripts/nox -s trace``).
+  (``bash scripts/nox -s trace``);
+- ``timings`` (README) and ``timings-all`` (``docs/testing.md``): ``benchmarks/results/timings.json``
+  (``python scripts/timed.py NAME -- COMMAND``).
 Needs nothing but the standard library and the package's stdlib-only modules (``releases``,
 ``envs``, ``diagnostics/tables``).
 """
@@ -171,7 +173,52 @@ def variables_table(owners: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def _took(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def timings_sentence() -> str:
+    """The README's figures, each from its record, with the date(s) and the machine(s)."""
+    records = {r["name"]: r for r in _load("benchmarks/results/timings.json")}  # type: ignore[union-attr]
+    parts = {
+        "demo-first": "the demo's first run in a fresh clone took {} (its environment built)",
+        "demo-again": "a later run {} (no wheel built)",
+        "tests": "the test command {}",
+        "ci": "a fresh clone's CI (`.ci/run`) {}",
+        "doctor": "the doctor {}",
+        "doctor-fp8": "with `--kv-cache-dtype fp8` {}",
+    }
+    said = [text.format(_took(records[n]["seconds"])) for n, text in parts.items() if n in records]
+    if not said:
+        return "- Not timed yet (`scripts/timed.py` records the times shown here)."
+    where = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    return f"- Measured ({'; '.join(where)}): {', '.join(said)}."
+
+
+def timings_table() -> str:
+    rows = _load("benchmarks/results/timings.json")
+    assert isinstance(rows, list)
+    lines = ["| what | took | date | machine | commit | command |", "|---|---:|---|---|---|---|"]
+    timed = _script("timed.py")
+    lines += [
+        f"| {_md_cell(timed.TIMINGS[r['name']])} | {_took(r['seconds'])} ({r['seconds']} s) | "
+        f"{r['date']} | {r['machine']} | {r['commit']} | `{_md_cell(r['command'])}` |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, "scripts", name))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "timings": timings_sentence,
+    "timings-all": timings_table,
     "variables": lambda: variables_table(("plugin", "vLLM")),
     "variables-all": lambda: variables_table(("plugin", "vLLM", "tests")),
     "releases": releases_table,

@@ -120,7 +120,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not collect_only and any(
         i.nodeid.startswith("tests/test_forward.py") for i in session.items
     ):
-        from tests import forward_background
+        from tests.helpers import forward_background
 
         forward_background.start()  # the tier's child runs beside the other tests
 

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import environment
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers import environment
+from tests.helpers.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess, pytest.mark.forward]
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.cpu, pytest.mark.subprocess, pytest.mark.forward]
 
 def run_child(shapes: list[dict]) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.aiter_cross_check"],
+        [sys.executable, "-m", "tests.helpers.aiter_cross_check"],
         input=json.dumps(shapes), capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
         env={**os.environ, **harness.INTERPRETER_ENV},
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """``VLLM_ATTENTION_BACKEND`` reaches vLLM's backend selection and nothing else: every reader of
 ``attention_config.backend`` in the installed vLLM's source (found by
-:mod:`tests.attention_config_readers`) reads the value it reads without the plugin, because the
+:mod:`tests.helpers.attention_config_readers`) reads the value it reads without the plugin, because the
 plugin writes no attention-config field. On vLLM's real ``RocmPlatform`` (an emulated MI300X, in a
 child process), a DeepSeek V4.1 start with the variable set builds its attention as stock does."""
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-from tests import vllm_releases
-from tests.attention_config_readers import installed
+from tests.helpers import vllm_releases
+from tests.helpers.attention_config_readers import installed
 from tests.helpers.emulated_rocm import MI300X_CHILD
-from tests.subprocess_util import run_child
+from tests.helpers.subprocess_util import run_child
 from vllm_rocm_aiter_plugin.env_backend import ENV_VAR
 
 pytestmark = pytest.mark.cpu

@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from tests.helpers.emulated_rocm import MARKET_NAMES
-from tests.subprocess_util import run_child
+from tests.helpers.subprocess_util import run_child
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 

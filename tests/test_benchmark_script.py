@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tests import vllm_releases
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers import vllm_releases
+from tests.helpers.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin import builder
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]

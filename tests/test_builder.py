@@ -14,9 +14,9 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadataBuilder,
 )
 
-from tests import vllm_releases
-from tests.batches import BatchSpec, reordered_batches
-from tests.metadata_compare import assert_same_metadata
+from tests.helpers import vllm_releases
+from tests.helpers.batches import BatchSpec, reordered_batches
+from tests.helpers.metadata_compare import assert_same_metadata
 from vllm_rocm_aiter_plugin import builder as builder_module
 from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend

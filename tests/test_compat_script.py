@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers.subprocess_util import REPO_ROOT
 
 pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 

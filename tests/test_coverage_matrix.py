@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import vllm
 
-from tests.subprocess_util import check_generated
+from tests.helpers.subprocess_util import check_generated
 from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests import environment, vllm_releases
-from tests.subprocess_util import REPO_ROOT, scrubbed_env
+from tests.helpers import environment, vllm_releases
+from tests.helpers.subprocess_util import REPO_ROOT, scrubbed_env
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.subprocess_util import REPO_ROOT, check_generated
+from tests.helpers.subprocess_util import REPO_ROOT, check_generated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 
@@ -20,3 +20,16 @@ def test_the_readme_is_for_operators_and_links_every_maintainers_page():
     assert len(readme.splitlines()) <= 160
     for page in ("architecture", "testing", "performance", "releases", "deviations"):
         assert f"docs/{page}.md" in readme
+
+
+def test_every_time_in_the_readme_comes_from_a_record():
+    """A duration in the README stands only inside a generated block (from
+    ``benchmarks/results/timings.json``, with its date and machine); one typed by hand fails."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(REPO_ROOT) / "README.md").read_text()
+    outside = re.sub(r"<!-- generated: .*?<!-- end generated -->", "", readme, flags=re.S)
+    durations = re.findall(r"\b\d+(?:[.,\u2013-]\d+)? ?(?:s|sec|seconds|min|minutes|hours?)\b", outside)
+    assert durations == [], durations
+    assert "<!-- generated: timings -->" in readme

@@ -14,9 +14,9 @@ from vllm.v1.attention.backends import utils as stock_utils
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
 import vllm_rocm_aiter_plugin
-from tests import environment, vllm_releases
+from tests.helpers import environment, vllm_releases
 from tests.helpers.doctor_answers import healthy_in_process_checks, passing_fresh_process_checks
-from tests.subprocess_util import CLEARED, REPO_ROOT, run_child, scrubbed_env
+from tests.helpers.subprocess_util import CLEARED, REPO_ROOT, run_child, scrubbed_env
 from vllm_rocm_aiter_plugin import policy
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
@@ -326,7 +326,8 @@ def test_doctor_says_what_vllm_attention_backend_selects(value, meaning):
 
 
 PROBLEM_KINDS = {
-    # kind: (variables to set, checks answered otherwise, words of the PROBLEM line)
+    # kind: (variables to set, checks answered otherwise, words of the PROBLEM line); a table,
+    # whose rows are alike in shape only (duplicates reports neighbouring rows as a pair)
     "switch not understood": ({"VLLM_ROCM_AITER_PLUGIN": "bogus"}, {},
                               "VLLM_ROCM_AITER_PLUGIN='bogus' is not understood"),
     "fast build not understood": ({"VLLM_ROCM_AITER_PLUGIN_FAST_BUILD": "sometimes"}, {},

@@ -17,8 +17,8 @@ import os
 
 import pytest
 
-from tests import environment, forward_background, forward_checks, vllm_releases
 from tests.conftest import summary_lines
+from tests.helpers import environment, forward_background, forward_checks, vllm_releases
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 

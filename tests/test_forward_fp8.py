@@ -17,7 +17,7 @@ import os
 import pytest
 import torch
 
-from tests import environment, forward_background, forward_checks
+from tests.helpers import environment, forward_background, forward_checks
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels, runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, FP8_EAGLE_CASE, FP8_FORMATS
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import forward_background
+from tests.helpers import forward_background
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 import vllm
 
-from tests import forward_background
+from tests.helpers import forward_background
 from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.builder import own_build_enabled
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels

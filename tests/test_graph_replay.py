@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import forward_background, forward_checks
+from tests.helpers import forward_background, forward_checks
 from vllm_rocm_aiter_plugin.builder import own_build_enabled
 from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay, runner
 

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests import hardware
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers import hardware
+from tests.helpers.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin.diagnostics.hardware import AiterInfo, GpuInfo
 
 pytestmark = pytest.mark.cpu

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import vllm_rocm_aiter_plugin
-from tests.environment import is_installed_copy
-from tests.subprocess_util import REPO_ROOT, run_child
+from tests.helpers.environment import is_installed_copy
+from tests.helpers.subprocess_util import REPO_ROOT, run_child
 
 pytestmark = pytest.mark.cpu
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import vllm_rocm_aiter_plugin
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers.subprocess_util import REPO_ROOT
 
 pytestmark = pytest.mark.cpu
 
@@ -88,6 +88,26 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_runtime_modules_import_each_other_without_cycles():
     assert cycles(runtime_import_graph()) == []
+
+
+def package_import_graph() -> dict[str, set[str]]:
+    """Which of the package's modules each of its modules imports (``diagnostics.forward.cases``
+    and so on), at any depth (lazy imports included): the runtime and the diagnostics wing."""
+    modules = {
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")
+    }
+    graph = {}
+    for module, path in modules.items():
+        named = {n.removeprefix("vllm_rocm_aiter_plugin.") for n in imported_modules(path)}
+        graph[module] = (named & set(modules)) - {module, "__init__"}
+    return graph
+
+
+def test_the_package_imports_itself_without_cycles():
+    """No circle anywhere in the package, the diagnostics wing included (a reader can follow any
+    module's imports to an end)."""
+    assert cycles(package_import_graph()) == []
+    assert "diagnostics.forward.cases" in package_import_graph()["diagnostics.forward.runner"]
 
 
 def test_envs_is_the_floor_it_imports_nothing_of_the_plugin():

@@ -1,7 +1,7 @@
 """Model-runner V2 batch order, driven through vLLM's own code: its sort and build_attn_metadata.
 
 What each request attends to is checked against the truth (its whole context, then its new tokens
-causally) with ``tests/oracle.py``, independently of stock vLLM, which is wrong on these batches.
+causally) with ``tests/helpers/oracle.py``, independently of stock vLLM, which is wrong on these batches.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadata,
 )
 
-from tests import vllm_releases
-from tests.metadata_compare import assert_same_metadata
-from tests.model_runner_v2 import (
+from tests.helpers import vllm_releases
+from tests.helpers.metadata_compare import assert_same_metadata
+from tests.helpers.model_runner_v2 import (
     Step,
     attention_group,
     build_through_v2,
     v2_steps,
 )
-from tests.oracle import oracle_split, rows_attending_wrongly
+from tests.helpers.oracle import oracle_split, rows_attending_wrongly
 from vllm_rocm_aiter_plugin import builder as builder_module
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.diagnostics import samples

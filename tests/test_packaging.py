@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers.subprocess_util import REPO_ROOT
 
 pytestmark = [pytest.mark.cpu, pytest.mark.novllm]
 

@@ -6,8 +6,8 @@ import importlib.metadata
 
 import pytest
 
-from tests import environment
-from tests.subprocess_util import run_child
+from tests.helpers import environment
+from tests.helpers.subprocess_util import run_child
 from vllm_rocm_aiter_plugin import policy
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
@@ -111,7 +111,7 @@ def test_spawned_child_process_sees_the_override():
         """
         import multiprocessing
         from vllm.plugins import load_general_plugins
-        from tests.spawn_worker import resolve_rocm_aiter_fa
+        from tests.helpers.spawn_worker import resolve_rocm_aiter_fa
         load_general_plugins()
         ctx = multiprocessing.get_context("spawn")
         queue = ctx.Queue()

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vllm.v1.attention.backends import utils as stock_utils
 
-from tests.batches import BatchSpec, mixed_batches, reordered_batches
-from tests.model_runner_v2 import Step, v2_steps
-from tests.oracle import oracle_split
+from tests.helpers.batches import BatchSpec, mixed_batches, reordered_batches
+from tests.helpers.model_runner_v2 import Step, v2_steps
+from tests.helpers.oracle import oracle_split
 from vllm_rocm_aiter_plugin import split as split_module
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import environment, vllm_releases
-from tests.subprocess_util import REPO_ROOT
+from tests.helpers import environment, vllm_releases
+from tests.helpers.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin import releases
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import vllm_releases
-from tests.metadata_compare import assert_same_metadata
+from tests.helpers import vllm_releases
+from tests.helpers.metadata_compare import assert_same_metadata
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 

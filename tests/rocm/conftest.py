@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import hardware
+from tests.helpers import hardware
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests import hardware
+from tests.helpers import hardware
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.e2e]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.subprocess_util import run_child
+from tests.helpers.subprocess_util import run_child
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.subprocess]
 

@@ -424,23 +424,20 @@ CASES: tuple[ForwardCase, ...] = (
     # Model-runner V2 order at the other head sizes, block sizes and GQA ratios ROCM_AITER_FA
     # serves (64/128/256, 16/32; 1 to 8 query heads per KV head): a decode, a new prompt, then
     # rows with context, EAGLE's verification among them where AITER's Triton kernel runs.
-    ForwardCase(
-        "v2-head128-block32-gqa4",
-        (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 400, 60)),
-        "v2",
-        head_size=128,
-        num_heads=8,
-        num_kv_heads=2,
-        block_size=32,
-    ),
-    ForwardCase(
-        "v2-head256-block32-gqa8",
-        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 300, 40)),
-        "v2",
-        head_size=256,
-        num_heads=8,
-        num_kv_heads=1,
-        block_size=32,
+    *(
+        ForwardCase(
+            f"v2-head{head}-block32-gqa{8 // kv_heads}",
+            (decode("decode", ctx), prompt("new-prompt", new), chunk("continuation", *cont)),
+            "v2",
+            head_size=head,
+            num_heads=8,
+            num_kv_heads=kv_heads,
+            block_size=32,
+        )
+        for head, kv_heads, ctx, new, cont in (
+            (128, 2, 300, 40, (400, 60)),
+            (256, 1, 200, 24, (300, 40)),
+        )
     ),
     ForwardCase(
         "eagle-mixed-v2-head128-block32-mha",
@@ -618,3 +615,22 @@ def prompt_before_context(case: ForwardCase) -> bool:
         and any(later.context_len for later in rows[index + 1 :])
         for index, row in enumerate(rows)
     )
+
+
+def configuration(case: ForwardCase) -> dict[str, Any]:
+    """What a case is served in, as an operator would name it."""
+    return {
+        "dtype": case.dtype,
+        "kv_cache_dtype": case.kv_cache_dtype,
+        "fp8_format": case.fp8_format if case.fp8 else None,
+        "k_scale": case.k_scale,
+        "v_scale": case.v_scale,
+        "head_size": case.head_size,
+        "block_size": case.block_size,
+        "gqa": case.num_heads // case.num_kv_heads,
+        "sliding_window": case.sliding_window,
+        "causal": case.causal,
+        "kv_cache_layout": case.kv_cache_layout,
+        "sinks": bool(case.sinks),
+        "eagle": bool(case.spec_tokens),
+    }

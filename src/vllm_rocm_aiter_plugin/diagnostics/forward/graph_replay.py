@@ -32,6 +32,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     ForwardCase,
     Request,
     StepTensors,
+    configuration,
     decode,
     lay_out,
 )
@@ -216,8 +217,6 @@ def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[s
 
 def run_case(runner: Any, case: ForwardCase, kinds: Sequence[str]) -> dict[str, Any]:
     """One replay case with each backend of ``kinds``."""
-    from vllm_rocm_aiter_plugin.diagnostics.forward.runner import configuration
-
     result: dict[str, Any] = {
         "case": case.name,
         "tolerance": TOLERANCE[case.dtype],

@@ -515,6 +515,8 @@ def unshuffled(k5: torch.Tensor, v5: torch.Tensor) -> tuple[torch.Tensor, torch.
     return keys, values
 
 
+# The same parameters as reshape_and_cache_flash above: both stand for vLLM ops whose signatures
+# the references keep (duplicates reports the pair; the bodies differ).
 def reshape_and_cache_shuffle(
     key: torch.Tensor,
     value: torch.Tensor,

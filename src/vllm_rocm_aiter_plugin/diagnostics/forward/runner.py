@@ -35,6 +35,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     TOLERANCE,
     ForwardCase,
     StepTensors,
+    configuration,
     dense_reference,
     lay_out,
 )
@@ -387,25 +388,6 @@ def scheduler_cases(
                 if found == per_workload:
                     break
     return selected
-
-
-def configuration(case: ForwardCase) -> dict[str, Any]:
-    """What a case is served in, as an operator would name it."""
-    return {
-        "dtype": case.dtype,
-        "kv_cache_dtype": case.kv_cache_dtype,
-        "fp8_format": case.fp8_format if case.fp8 else None,
-        "k_scale": case.k_scale,
-        "v_scale": case.v_scale,
-        "head_size": case.head_size,
-        "block_size": case.block_size,
-        "gqa": case.num_heads // case.num_kv_heads,
-        "sliding_window": case.sliding_window,
-        "causal": case.causal,
-        "kv_cache_layout": case.kv_cache_layout,
-        "sinks": bool(case.sinks),
-        "eagle": bool(case.spec_tokens),
-    }
 
 
 def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from vllm_rocm_aiter_plugin.diagnostics.probe import ChildResult, run_python
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLEARED = (
     "VLLM_PLUGINS",
     "VLLM_ROCM_AITER_PLUGIN",

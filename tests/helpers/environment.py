@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from tests import vllm_releases
+from tests.helpers import vllm_releases
 
 TESTED_RANGE = tuple(Version(v) for v in vllm_releases.TABLE)  # the README's release table
 
@@ -54,7 +54,7 @@ def aiter_importable() -> bool:
     return True
 
 
-AITER_PIN_FILE = Path(__file__).resolve().parents[1] / "requirements" / "aiter-cpu.txt"
+AITER_PIN_FILE = Path(__file__).resolve().parents[2] / "requirements" / "aiter-cpu.txt"
 
 
 def pinned_aiter_installed() -> bool:
@@ -86,5 +86,5 @@ def is_installed_copy(file: str) -> bool:
     ``.nox/`` that is inside the repository) and not in the checkout's source tree."""
     path = Path(file).resolve()
     site = Path(sysconfig.get_path("purelib")).resolve()
-    source = Path(__file__).resolve().parents[1] / "src"
+    source = Path(__file__).resolve().parents[2] / "src"
     return site in path.parents and source not in path.parents

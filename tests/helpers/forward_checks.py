@@ -2,14 +2,14 @@
 
 Expectations come from the installed release: stock's own regions and context chunks in the
 report, what this release's merge does with two empty states (run, not looked up), and whether
-stock's split crashes on EAGLE's pure-decode batch (``tests/vllm_releases.py``).
+stock's split crashes on EAGLE's pure-decode batch (``tests/helpers/vllm_releases.py``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests import vllm_releases
+from tests.helpers import vllm_releases
 
 WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM
 
@@ -102,13 +102,15 @@ def check_case(report: dict, name: str) -> None:
     check_chunks(case)
 
 
-def check_graph_replay(report: dict, name: str, kind: str) -> None:
+def check_graph_replay(report: dict, name: str, kind: str, graph: str | None = None) -> None:
     """A CUDA-graph replay case (``diagnostics/forward/graph_replay.py``) for ``kind``'s backend:
-    the capture is all decodes, every replayed step's requests equal their references with no
-    NaN; where the eager stand-in ran, the frozen control (the capture's metadata copied, as a
-    builder that copies would leave it) is off on every replay, so the stand-in can fail."""
+    it ran as ``graph`` (``cuda graph``, ``eager stand-in``; None: either), the capture is all
+    decodes, every replayed step's requests equal their references with no NaN; where the eager
+    stand-in ran, the frozen control (the capture's metadata copied, as a builder that copies
+    would leave it) is off on every replay, so the stand-in can fail."""
     case = next(c for c in report["graph_replays"] if c["case"] == name)
     result = case[kind]
+    assert graph is None or result.get("graph") == graph, result
     assert "error" not in result, result["error"]
     assert result["regions"][1:] == [0, 0], result["regions"]
     tolerance = case["tolerance"]

@@ -2,7 +2,7 @@
 (loaded by the installed plugin's :mod:`~vllm_rocm_aiter_plugin.diagnostics.forward.aiter_triton`)
 and the forward tier's torch reference on the same random paged batches.
 
-``python -m tests.aiter_cross_check`` reads a JSON list of shapes on stdin and prints one JSON
+``python -m tests.helpers.aiter_cross_check`` reads a JSON list of shapes on stdin and prints one JSON
 report: per shape, the largest difference and whether it is within two units in the last place.
 Run it under Triton's interpreter (``harness.INTERPRETER_ENV``).
 """

@@ -1,0 +1,90 @@
+"""Run a command, time it, and record the time in benchmarks/results/timings.json, from which the
+README's and docs/testing.md's figures are generated (``scripts/docs_tables.py``).
+
+  python scripts/timed.py NAME -- COMMAND [ARG...]
+
+NAME is one of ``TIMINGS`` below. The record keeps the date, this machine (cores, memory, GPU),
+the commit (``-modified`` with uncommitted changes) and the command; a later run of the same
+NAME replaces it. Exits with the command's exit code; a failed command is not recorded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD = os.path.join(ROOT, "benchmarks", "results", "timings.json")
+TIMINGS = {
+    "demo-first": "the demo's first run in a fresh clone (it builds its environment)",
+    "demo-again": "the demo run again (nothing changed: no wheel built)",
+    "tests": "the test command, environments included",
+    "ci": "`CI=true bash .ci/run` in a fresh clone",
+    "doctor": "`python -m vllm_rocm_aiter_plugin doctor --json`",
+    "doctor-fp8": "`python -m vllm_rocm_aiter_plugin doctor --json --kv-cache-dtype fp8`",
+}
+
+
+def machine() -> str:
+    """``2 cores, 24 GiB, no GPU``: what the time was measured on."""
+    memory = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+        memory = f"{round(kib / 2**20)} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    gpu = (
+        "an AMD GPU"
+        if os.path.exists("/dev/kfd")
+        else "an NVIDIA GPU"
+        if os.path.exists("/dev/nvidia0")
+        else "no GPU"
+    )
+    return f"{os.cpu_count()} cores, {memory}, {gpu}"
+
+
+def commit(cwd: str) -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("-modified" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[0] not in TIMINGS or argv[1] != "--":
+        print(__doc__.strip() + "\nNAME: " + ", ".join(TIMINGS), file=sys.stderr)
+        return 2
+    name, command = argv[0], argv[2:]
+    start = time.monotonic()
+    code = subprocess.run(command).returncode
+    seconds = round(time.monotonic() - start, 1)
+    if code != 0:
+        print(f"timed: {name} exited {code}; not recorded", file=sys.stderr)
+        return code
+    records = []
+    if os.path.exists(RECORD):
+        with open(RECORD) as f:
+            records = [r for r in json.load(f) if r["name"] != name]
+    records.append({
+        "name": name, "seconds": seconds, "date": datetime.date.today().isoformat(),
+        "machine": machine(), "commit": commit(os.getcwd()), "command": " ".join(command),
+    })  # fmt: skip
+    records.sort(key=lambda r: list(TIMINGS).index(r["name"]))
+    os.makedirs(os.path.dirname(RECORD), exist_ok=True)
+    with open(RECORD, "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
+    print(f"timed: {name} took {seconds} s; recorded in {os.path.relpath(RECORD, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
