@@ -207,8 +207,9 @@ def check_aiter() -> Aiter:
     return Aiter(info.importable, info.version, info.error)
 
 
-def check_variables() -> list[VariableReport]:
-    """Every variable the plugin reads (``envs.VARIABLES``), its value and what it does."""
+def check_variables(configuration: ServingConfiguration | None = None) -> list[VariableReport]:
+    """Every variable the plugin reads (``envs.VARIABLES``), its value and what it does;
+    ``VLLM_ATTENTION_BACKEND`` judged for the operator's ``configuration`` where given."""
     from vllm_rocm_aiter_plugin.env_backend import resolve
 
     reports = []
@@ -216,7 +217,7 @@ def check_variables() -> list[VariableReport]:
         raw = os.environ.get(variable.name)
         shown = None if raw is None else envs.cut(raw)
         if variable.name == envs.ATTENTION_BACKEND:
-            reports.append(_attention_backend_report(variable, raw, resolve(raw)))
+            reports.append(_attention_backend_report(variable, raw, resolve(raw), configuration))
             continue
         reading = variable.parse(raw)
         reports.append(
@@ -226,7 +227,10 @@ def check_variables() -> list[VariableReport]:
 
 
 def _attention_backend_report(
-    variable: envs.Variable, raw: str | None, reading: envs.Reading
+    variable: envs.Variable,
+    raw: str | None,
+    reading: envs.Reading,
+    configuration: ServingConfiguration | None = None,
 ) -> VariableReport:
     """``VLLM_ATTENTION_BACKEND``: which backend the name selects needs vLLM's list (``envs``
     reads it without vLLM); whether it is honoured here, the plugin's own selection on each kind
@@ -238,8 +242,14 @@ def _attention_backend_report(
     if reading.value is None:
         return report
     name = reading.value.name
+    served = configuration or ServingConfiguration()
     try:
-        verdict = verdict_here(name)
+        verdict = verdict_here(
+            name,
+            head_size=served.head_size or 128,
+            kv_cache_dtype=served.kv_cache_dtype or "auto",
+            block_size=served.block_size,
+        )
     except (LookupError, OSError, SyntaxError) as exc:
         report.problem = (
             f"{variable.name}={name}: whether it is honoured could not be checked on this vLLM "
@@ -429,6 +439,8 @@ def collect(
     checks = {**IN_PROCESS, **FRESH_PROCESS, **(overrides or {})}
     if configuration is not None and not (overrides and "forward" in overrides):
         checks["forward"] = functools.partial(check_forward, configuration)
+    if configuration is not None and not (overrides and "variables" in overrides):
+        checks["variables"] = functools.partial(check_variables, configuration)
     report = DoctorReport()
     results: dict[str, Any] = {}
     # The threads only wait on child processes, so they must import nothing: a thread importing
