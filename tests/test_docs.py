@@ -30,6 +30,8 @@ def test_every_time_in_the_readme_comes_from_a_record():
 
     readme = (Path(REPO_ROOT) / "README.md").read_text()
     outside = re.sub(r"<!-- generated: .*?<!-- end generated -->", "", readme, flags=re.S)
-    durations = re.findall(r"\b\d+(?:[.,\u2013-]\d+)? ?(?:s|sec|seconds|min|minutes|hours?)\b", outside)
+    durations = re.findall(
+        r"\b\d+(?:[.,\u2013-]\d+)? ?(?:s|sec|seconds|min|minutes|hours?)\b", outside
+    )
     assert durations == [], durations
     assert "<!-- generated: timings -->" in readme

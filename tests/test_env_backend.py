@@ -190,6 +190,20 @@ def test_a_backend_vllm_rejects_falls_back_to_automatic_selection(caplog_vllm):
     assert warning.endswith("Stock's automatic selection applies: auto-selected.")
 
 
+def test_a_backend_that_fails_to_validate_never_stops_the_start(caplog_vllm):
+    """Whatever vLLM's explicit selection of the variable's backend raises, stock's automatic
+    selection applies: stock, ignoring the variable, would never have run that code."""
+
+    def broken(selected, *args):
+        if selected is None:
+            return "auto-selected"
+        raise AttributeError("a backend class without validate_configuration")
+
+    assert _select(None, {ENV_VAR: "TRITON_ATTN"}, broken) == "auto-selected"
+    (warning,) = _warnings(caplog_vllm)
+    assert "AttributeError: a backend class without validate_configuration" in warning
+
+
 def test_a_command_line_backend_vllm_rejects_still_fails():
     """Only what the variable selected falls back: --attention-backend keeps vLLM's error."""
     with pytest.raises(ValueError, match="is not valid"):

@@ -192,14 +192,14 @@ def choose(
     **kwargs: Any,
 ) -> Choice:
     """The selection for ``requested`` (the variable's backend) where vLLM passes none: vLLM's
-    explicit selection of it where stock offers it, else stock's automatic selection. Raises only
-    what stock's automatic selection raises."""
+    explicit selection of it where stock offers it, else (or where that raises) stock's automatic
+    selection. Raises only what stock's automatic selection raises."""
     reason = why_not_offered(requested, offer())
     if reason is None:
         try:
             path = select(requested, *args, **kwargs)
-        except ValueError as exc:
-            reason = f"vLLM rejects it for this layer ({exc})"
+        except Exception as exc:  # ValueError, or a backend that fails to validate: never a stop
+            reason = f"vLLM rejects it for this layer ({type(exc).__name__}: {exc})"
         else:
             name = backend_name(path)
             if name != requested.name:  # vLLM's own per-layer rule replaced it (TurboQuant)
