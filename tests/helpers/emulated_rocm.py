@@ -97,7 +97,7 @@ def activate_plugin_platform() -> None:
 
 MI300X_CHILD = """
 from tests.helpers.emulated_rocm import emulate
-emulate("gfx942", aiter=True)
+emulate("gfx942", aiter=False)
 import torch
 from vllm.config import set_current_vllm_config
 from vllm.platforms.rocm import RocmPlatform
@@ -109,5 +109,6 @@ from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
 selector = AttentionSelectorConfig(head_size=64, dtype=torch.float16, kv_cache_dtype="auto",
                                    block_size=16)
 """
-"""The start of a child's code on an emulated MI300X with AITER: vLLM's ``RocmPlatform``, the
-plugin's platform class, and ``selector``, a decoder layer."""
+"""The start of a child's code on an emulated MI300X: vLLM's ``RocmPlatform``, the plugin's
+platform class, and ``selector``, a decoder layer. Without AITER: with it, vLLM's modules import
+``aiter`` itself, whose package needs a ROCm install (``hipconfig``)."""
