@@ -4,7 +4,8 @@ README's and docs/testing.md's figures are generated (``scripts/docs_tables.py``
   python scripts/timed.py NAME -- COMMAND [ARG...]
 
 NAME is one of ``TIMINGS`` below. The record keeps the date, this machine (cores, memory, GPU),
-the commit (``-modified`` with uncommitted changes) and the command; a later run of the same
+the commit of this checkout (``-modified`` with uncommitted changes besides the record), and the
+command (run it in a fresh clone of the same commit for a first run); a later run of the same
 NAME replaces it. Exits with the command's exit code; a failed command is not recorded.
 """
 
@@ -55,7 +56,8 @@ def commit(cwd: str) -> str:
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("-modified" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RECORD}")
+    return head + ("-modified" if changed else "")
 
 
 def main(argv: list[str]) -> int:
@@ -75,14 +77,17 @@ def main(argv: list[str]) -> int:
             records = [r for r in json.load(f) if r["name"] != name]
     records.append({
         "name": name, "seconds": seconds, "date": datetime.date.today().isoformat(),
-        "machine": machine(), "commit": commit(os.getcwd()), "command": " ".join(command),
+        "machine": machine(), "commit": commit(ROOT), "command": " ".join(command),
     })  # fmt: skip
     records.sort(key=lambda r: list(TIMINGS).index(r["name"]))
     os.makedirs(os.path.dirname(RECORD), exist_ok=True)
     with open(RECORD, "w") as f:
         json.dump(records, f, indent=1)
         f.write("\n")
-    print(f"timed: {name} took {seconds} s; recorded in {os.path.relpath(RECORD, ROOT)}")
+    print(
+        f"timed: {name} took {seconds} s; recorded in {os.path.relpath(RECORD, ROOT)}",
+        file=sys.stderr,
+    )
     return 0
 
 
