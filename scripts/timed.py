@@ -56,7 +56,10 @@ def commit(cwd: str) -> str:
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RECORD}")
+    changed = git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".",
+        f":!{os.path.relpath(RECORD, cwd)}",
+    )  # fmt: skip
     return head + ("-modified" if changed else "")
 
 
