@@ -174,7 +174,7 @@ def variables_table(owners: tuple[str, ...]) -> str:
 
 
 def _took(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def timings_sentence() -> str:
