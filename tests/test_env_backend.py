@@ -301,3 +301,12 @@ def test_stock_offer_is_asked_of_vllms_own_method_with_the_selection_arguments()
     assert offer is not None and offer.valid == (ROCM_ATTN, AITER_FA)
     assert offer.invalid == {AttentionBackendEnum.TRITON_ATTN: ("no",)}
     assert stock_offer(object, select, "layer") is None  # no get_valid_backends: nothing offered
+
+
+def test_the_doctor_never_passes_a_name_it_could_not_check():
+    """Where vLLM's selection served no kind of layer, the doctor's verdict is a PROBLEM that
+    says so, never silence."""
+    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import judge
+
+    verdict = judge("TRITON_ATTN", [])
+    assert verdict.problem is not None and "could not be checked" in verdict.problem

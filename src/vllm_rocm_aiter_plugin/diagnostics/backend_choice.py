@@ -107,7 +107,15 @@ def outcomes(
 
 
 def judge(name: str, found: list[tuple[LayerKind, Any]]) -> Verdict:
-    """PROBLEM where no kind honours ``name``, NOTE where some do not, nothing where all do."""
+    """PROBLEM where no kind honours ``name`` (or vLLM's selection served no kind at all: nothing
+    could be checked), NOTE where some do not, nothing where all do."""
+    if not found:
+        return Verdict(
+            problem=(
+                f"{ENV_VAR}={name}: whether it is honoured could not be checked here: vLLM's own "
+                "selection raised for every kind of layer asked about"
+            )
+        )
     refused = [(kind, choice) for kind, choice in found if choice.refused]
     if not refused:
         return Verdict()
