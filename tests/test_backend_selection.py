@@ -92,6 +92,10 @@ def test_aiter_backends_only_where_aiter_is_found_and_supported(scenarios, machi
     layer's impl constructs; with AITER on an MI300 they are honoured."""
     facts = scenarios[machine]
     arch, aiter = machine
+    # the emulation is the machine it says: the plugin's platform on that GPU, vLLM's own AITER
+    # check seeing what was emulated
+    capability = {"gfx942": "9.4", "gfx950": "9.5", "gfx90a": "9.0", "gfx1100": "11.0"}[arch]
+    assert (facts["platform"], facts["capability"]) == ("AiterRocmPlatform", capability)
     assert facts["aiter_supported"] is (aiter and arch in MI300_CLASS)
     for layer in ("decoder", "mla"):
         for name, case in facts[layer].items():

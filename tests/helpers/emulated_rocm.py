@@ -1,14 +1,15 @@
 """A ROCm machine emulated in a child process, for backend-selection tests on any host.
 
 vLLM decides that it runs on ROCm, and which GPU, through AMD's SMI library (``amdsmi``):
-``vllm.platforms.rocm_platform_plugin`` counts its processors and ``vllm.platforms.rocm`` reads
-the GPU's ``target_graphics_version`` when imported. :func:`emulate` answers those questions
-with an ``amdsmi`` module of its own (a stand-in for AMD's library, never for vLLM), so vLLM's
-own detection resolves ``current_platform`` to its real ``RocmPlatform`` with the chosen
-architecture. Without AITER, it hides the installed ``amd-aiter`` wheel from the import system,
-as on an image built without it. Call it before vLLM is imported, in a child process only.
-
-The plugin's platform stays inactive here (it also asks for ``/dev/kfd``); tests call its class.
+``vllm.platforms.rocm`` reads the GPU's ``target_graphics_version`` when imported. :func:`emulate`
+answers with an ``amdsmi`` module of its own (a stand-in for AMD's library, never for vLLM), then
+gives vLLM the current platform its resolution gives on a ROCm machine where the plugin's
+platform plugin activates (which also asks for ``/dev/kfd``, a device no emulation makes): the
+plugin's ``RocmPlatform`` subclass, on the emulated GPU. vLLM's resolution itself never runs, so
+a host's own GPU (an NVIDIA one, which NVML reports whatever ``CUDA_VISIBLE_DEVICES`` says) is
+not found beside the emulated one; no GPU of the host is visible to torch either. Without AITER,
+the installed ``amd-aiter`` wheel is hidden from the import system, as on an image built without
+it. Call it before vLLM is imported, in a child process only.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class _PathFinderWithoutAiter(importlib.machinery.PathFinder):
 
 
 def emulate(arch: str, aiter: bool) -> None:
-    """This process as a ROCm machine with one ``arch`` GPU, with or without AITER installed."""
+    """This process as a ROCm machine with one ``arch`` GPU, with or without AITER installed,
+    whose vLLM platform is the plugin's."""
     if "vllm" in sys.modules:
         raise RuntimeError("emulate() must run before vLLM is imported")
     os.environ.update(INTERPRETER_ENV)
@@ -82,16 +84,12 @@ def emulate(arch: str, aiter: bool) -> None:
             _PathFinderWithoutAiter if finder is importlib.machinery.PathFinder else finder
             for finder in sys.meta_path
         ]
-
-
-def activate_plugin_platform() -> None:
-    """vLLM's current platform as vLLM's resolution gives it on a ROCm machine where the plugin's
-    platform plugin activates (which also asks for ``/dev/kfd``, a device no emulation makes).
-    Call after :func:`emulate`."""
     import vllm.platforms
 
-    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
+    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform  # resolves no platform
 
+    if vllm.platforms._current_platform is not None:
+        raise RuntimeError("vLLM resolved its platform before the emulation could give it")
     vllm.platforms._current_platform = AiterRocmPlatform()  # where vLLM keeps the one it resolved
 
 

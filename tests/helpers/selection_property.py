@@ -18,7 +18,7 @@ import traceback
 from collections import Counter
 from typing import Any
 
-from tests.helpers.emulated_rocm import activate_plugin_platform, emulate
+from tests.helpers.emulated_rocm import emulate
 
 EXTRA_KINDS: tuple[tuple[str, dict[str, Any], bool, str | None], ...] = (
     # label, AttentionSelectorConfig fields, encoder-decoder model, the run's cache dtype
@@ -156,7 +156,6 @@ EXAMPLES = 1500
 
 def main(arch: str, aiter: bool, examples: int = EXAMPLES) -> dict[str, Any]:
     emulate(arch, aiter)
-    activate_plugin_platform()
     import contextlib
     import importlib.util
     from pathlib import Path

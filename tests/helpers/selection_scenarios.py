@@ -10,7 +10,7 @@ import os
 import types
 from typing import Any
 
-from tests.helpers.emulated_rocm import activate_plugin_platform, emulate
+from tests.helpers.emulated_rocm import emulate
 from tests.helpers.selection_property import construct_impl, name_of
 
 AITER_BACKENDS = ("ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA")
@@ -31,7 +31,6 @@ class _Lines(logging.Handler):
 
 def facts(arch: str, aiter: bool) -> dict[str, Any]:
     emulate(arch, aiter)
-    activate_plugin_platform()
     import contextlib
     import importlib.util
     import typing
@@ -90,7 +89,13 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
     plain = samples.tiny_vllm_config()
     encoder_decoder = samples.tiny_vllm_config(encoder_decoder=True)
     decoder, mla = KINDS[0], next(k for k in KINDS if k.label == "MLA layers")
-    found: dict[str, Any] = {"aiter_supported": is_aiter_found_and_supported()}
+    from vllm.platforms import current_platform
+
+    found: dict[str, Any] = {
+        "aiter_supported": is_aiter_found_and_supported(),
+        "platform": type(current_platform).__qualname__,
+        "capability": current_platform.get_device_capability().as_version_str(),
+    }
     with set_current_vllm_config(plain):
         valid, _ = RocmPlatform.get_valid_backends(capability, layer_of(decoder))
     found["decoder_valid"] = [backend.name for backend, _ in valid]
