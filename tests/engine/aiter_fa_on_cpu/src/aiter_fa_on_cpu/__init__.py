@@ -1,0 +1,37 @@
+"""vLLM's CPU platform, except that a ``ROCM_AITER_FA`` selection serves ``ROCM_AITER_FA``.
+
+Test-only (the engine tier, ``bash scripts/nox -s engine``): installed into that environment
+alone, never beside a real GPU platform. The backend is the one vLLM's registry holds for
+``ROCM_AITER_FA`` (stock's, or the plugin's where the plugin registered it), run as the forward
+tier runs it (:mod:`aiter_fa_on_cpu.backend`).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def platform_plugin() -> str:
+    """``vllm.platform_plugins`` entry point: always this platform. Called while vLLM resolves
+    its platform, before ``vllm.triton_utils`` decides whether Triton is usable."""
+    _triton_interpreter_as_cpu_backend()
+    return "aiter_fa_on_cpu.platform.AiterFaOnCpuPlatform"
+
+
+def _triton_interpreter_as_cpu_backend() -> None:
+    """Under ``TRITON_INTERPRET=1``, a ``"cpu"`` entry in Triton's backends, so that vLLM's CPU
+    build (which keeps Triton only where a CPU backend exists) runs model-runner V2's and the
+    attention path's Triton kernels, which the interpreter executes. No triton-cpu is on the
+    package index; the interpreter needs no driver."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    from triton.backends import Backend, backends
+    from triton.backends.compiler import BaseBackend
+    from triton.backends.driver import DriverBase
+
+    class InterpreterDriver(DriverBase):
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+    backends.setdefault("cpu", Backend(compiler=BaseBackend, driver=InterpreterDriver))

@@ -1,0 +1,91 @@
+"""vLLM's engine serves every request through ``ROCM_AITER_FA`` as ``CPU_ATTN`` serves it, with
+the plugin; stock does not, where the installed release has the bugs the plugin fixes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import summary_lines
+from tests.helpers import engine_comparison, vllm_releases
+from tests.helpers.engine_comparison import Comparison
+from tests.helpers.engine_workloads import WORKLOADS, save_models
+
+pytestmark = [pytest.mark.engine, pytest.mark.subprocess]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
+    models = Path(tmp_path_factory.mktemp("engine-models"))
+    save_models(models)
+    return {
+        server: engine_comparison.serve_in_child(server, models)
+        for server in engine_comparison.SERVERS
+    }
+
+
+def comparisons(served: dict[str, dict[str, dict]], server: str) -> dict[str, Comparison]:
+    return {
+        w.name: engine_comparison.compare(served[server][w.name], served[w.oracle][w.name])
+        for w in WORKLOADS
+    }
+
+
+@pytest.fixture(scope="module")
+def verdicts(served: dict, request: pytest.FixtureRequest) -> dict[str, dict[str, Comparison]]:
+    result = {server: comparisons(served, server) for server in ("plugin", "stock")}
+    line = engine_comparison.summary_line(
+        vllm_releases.release(), list(result["plugin"].values()), list(result["stock"].values())
+    )
+    summary_lines(request.config).append(line)
+    return result
+
+
+@pytest.mark.parametrize("workload", [w.name for w in WORKLOADS])
+def test_the_plugin_serves_every_request_as_cpu_attn(verdicts: dict, workload: str) -> None:
+    verdict = verdicts["plugin"][workload]
+    assert verdict.error is None, verdict.error
+    assert all(verdict.equal), (
+        f"{workload}: requests {[i for i, ok in enumerate(verdict.equal) if not ok]} differ from "
+        f"CPU_ATTN (largest logprob difference {verdict.largest_logprob_difference:.3g})"
+    )
+
+
+def test_stock_loses_context_in_model_runner_v2_order_where_its_split_does(verdicts: dict) -> None:
+    """The tier can fail: where the installed stock split puts a row with context in its prefill
+    region on a V2-ordered step, stock serves some chunked-prefill or prefix-hit request wrong."""
+    verdict = verdicts["stock"]["v2-order"]
+    if vllm_releases.installed_drops_context_in_v2_order():
+        assert verdict.error is None, verdict.error
+        assert not all(verdict.equal), "stock served every request as CPU_ATTN"
+    else:
+        assert all(verdict.equal), f"stock differs from CPU_ATTN: {verdict.equal}"
+
+
+def test_stock_stops_on_eagle_where_its_split_asserts(verdicts: dict) -> None:
+    """Where the installed stock split asserts on EAGLE's pure-decode metadata, the engine stops
+    serving the EAGLE workload (0.20.0 to 0.23.0); elsewhere it serves it."""
+    verdict = verdicts["stock"]["eagle"]
+    if vllm_releases.installed_is_affected():
+        assert verdict.error is not None and "AssertionError" in verdict.error, verdict.error
+    else:
+        assert verdict.error is None, verdict.error
+
+
+def test_rocm_aiter_fa_served_the_layers_and_paths_each_workload_needs(served: dict) -> None:
+    """The runs under test were ROCM_AITER_FA's (the plugin's backend, or stock's), on every layer
+    the draft's included, and EAGLE's verify rows reached AITER's ``unified_attention``, each
+    call agreeing with the reference where AITER's own Triton kernel ran."""
+    for server, module in (("plugin", "vllm_rocm_aiter_plugin"), ("stock", "vllm.")):
+        for name, result in served[server].items():
+            usage = result["aiter_fa"]
+            assert usage["backend"].startswith(module), (server, name, usage)
+    plugin = served["plugin"]
+    before = plugin["v2-order"]["aiter_fa"]
+    after = plugin["eagle"]["aiter_fa"]
+    assert after["layers"] - before["layers"] == 3, "the target's 2 layers and the draft's 1"
+    calls = after["unified_attention"]["calls"] - before["unified_attention"]["calls"]
+    assert calls > 0, "no EAGLE verify row reached unified_attention"
+    for result in plugin.values():
+        assert result["aiter_fa"]["unified_attention"]["cross_check_disagreements"] == 0

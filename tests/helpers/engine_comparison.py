@@ -1,0 +1,128 @@
+"""The engine tier's judgement: each request served with ``ROCM_AITER_FA`` against the same
+request served with vLLM's ``CPU_ATTN`` in the same engine, runner, model and prompts."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.engine_workloads import ENGINE_ENV, RESULT_MARK, WORKLOADS
+
+ULPS = 8
+"""A logprob may differ from the oracle's by this many float16 steps at its magnitude: the model
+runs in float16 (AITER's kernels take no float32), so attention outputs and logits are rounded to
+it; CPU_ATTN and the references round at different points. A request that loses its context
+differs by far more, and in its tokens."""
+
+SERVERS = {
+    "CPU_ATTN": ("CPU_ATTN", {}, False),
+    "ONE_PER_STEP": ("ROCM_AITER_FA", {"VLLM_ROCM_AITER_PLUGIN": "off"}, True),
+    "plugin": ("ROCM_AITER_FA", {}, False),
+    "stock": ("ROCM_AITER_FA", {"VLLM_ROCM_AITER_PLUGIN": "off"}, False),
+}
+"""Who serves (backend, environment, one request per step): the oracles, then ``ROCM_AITER_FA``
+with the plugin and with the plugin switched off."""
+
+ORACLES = {
+    "CPU_ATTN": "vLLM's CPU_ATTN in the same engine, runner, model and prompts",
+    "ONE_PER_STEP": (
+        "stock ROCM_AITER_FA with one request per step (max_num_seqs=1), where no step mixes a "
+        "new prompt with a row that has context, so stock's split cannot misplace one. CPU_ATTN "
+        "is no oracle for an fp8 cache: ROCM_AITER_FA's prefill and new-token calls attend to "
+        "this step's K/V before it is quantised, CPU_ATTN reads every token back from the fp8 "
+        "cache, and the two differ by the quantisation, in tokens too. The workload cuts each "
+        "request into the same steps alone as beside others, so both read the same K/V"
+    ),
+}
+"""The reference each workload's requests are judged against (``Workload.oracle``)."""
+
+
+def tolerance(logprob: float) -> float:
+    """``ULPS`` float16 steps at the magnitude of ``logprob`` (10 mantissa bits)."""
+    magnitude = max(abs(logprob), 2.0**-14)
+    return ULPS * 2.0 ** (math.floor(math.log2(magnitude)) - 10)
+
+
+@dataclass
+class Comparison:
+    """One workload served by one backend, request by request against the oracle's run."""
+
+    workload: str
+    error: str | None
+    equal: list[bool] = field(default_factory=list)
+    largest_logprob_difference: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return len(self.equal)
+
+
+def compare(served: dict[str, Any], oracle: dict[str, Any]) -> Comparison:
+    """``served`` request by request against ``oracle`` (the same workload); an oracle that
+    could not serve it is the tier's own failure, never a verdict."""
+    if "error" in oracle:
+        raise RuntimeError(
+            f"the oracle could not serve {oracle['workload']}: {oracle['error']}\n"
+            f"{oracle.get('traceback', '')}"
+        )
+    wanted = oracle["requests"]
+    if "error" in served:
+        return Comparison(served["workload"], served["error"], [False] * len(wanted))
+    result = Comparison(served["workload"], None)
+    for got, want in zip(served["requests"], wanted, strict=True):
+        same = got["tokens"] == want["tokens"] and len(got["logprobs"]) == len(want["logprobs"])
+        for a, b in zip(got["logprobs"], want["logprobs"], strict=False):
+            difference = abs(a - b)
+            result.largest_logprob_difference = max(result.largest_logprob_difference, difference)
+            same = same and difference <= tolerance(b)
+        result.equal.append(same)
+    return result
+
+
+def workloads_of(server: str) -> list[str]:
+    """The workloads ``server`` serves: an oracle its own, the backends under test all."""
+    return [w.name for w in WORKLOADS if server not in ORACLES or w.oracle == server]
+
+
+def serve_in_child(server: str, models: Path, timeout: float = 1800) -> dict[str, dict]:
+    """:func:`workloads_of` ``server`` (a ``SERVERS`` key) served in a new interpreter with the
+    tier's environment; the results by workload name."""
+    backend, extra, one_per_step = SERVERS[server]
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ROCM_AITER_PLUGIN"}
+    env.update(ENGINE_ENV, **extra)
+    names = workloads_of(server)
+    command = [sys.executable, "-m", "tests.helpers.engine_workloads", "--attention", backend,
+               "--models", str(models), "--workloads", *names]  # fmt: skip
+    if one_per_step:
+        command.append("--one-request-per-step")
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    proc = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_MARK):
+            result = json.loads(line[len(RESULT_MARK) :])
+            results[result["workload"]] = result
+    if proc.returncode != 0 or sorted(results) != sorted(names):
+        raise RuntimeError(
+            f"the engine child ({server}) exited {proc.returncode} with {sorted(results)} of "
+            f"{names}:\n{(proc.stdout + proc.stderr)[-4000:]}"
+        )
+    return results
+
+
+def summary_line(release: str, plugin: list[Comparison], stock: list[Comparison]) -> str:
+    """``engine <release>: plugin k/n requests equal CPU_ATTN (...); stock j/n``."""
+    n = sum(c.total for c in plugin)
+    k = sum(sum(c.equal) for c in plugin)
+    j = sum(sum(c.equal) for c in stock)
+    others = sorted({w.name for w in WORKLOADS if w.oracle != "CPU_ATTN"})
+    note = f" ({', '.join(others)}: one request per step)" if others else ""
+    return f"engine {release}: plugin {k}/{n} requests equal CPU_ATTN{note}; stock {j}/{n}"

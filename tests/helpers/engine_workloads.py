@@ -1,0 +1,248 @@
+"""The engine tier's models and workloads, and the child that serves them through vLLM's ``LLM``.
+
+A workload is a model, the engine's options and batches of token-id prompts, each batch one
+``LLM.generate`` call (a later batch can hit the prefix cache an earlier one filled). The child
+(``python -m tests.helpers.engine_workloads``) serves every workload with one attention backend
+(``CPU_ATTN``, or ``ROCM_AITER_FA`` through the ``aiter_fa_on_cpu`` test platform, the plugin's or
+stock's per ``VLLM_ROCM_AITER_PLUGIN``) and prints one JSON line per workload: each request's
+greedy tokens and their logprobs, or the error that stopped the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULT_MARK = "ENGINE-RESULT "
+VOCAB = 512
+BLOCK_SIZE = 32  # CPU_ATTN takes multiples of 32; ROCM_AITER_FA takes 16 and 32
+TOKEN_BUDGET = 256  # chunked prefill: a long prompt spans several steps
+MAX_TOKENS = 8
+
+ENGINE_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine core in this process
+    "VLLM_USE_V2_MODEL_RUNNER": "1",  # model-runner V2, the deployment the plugin exists for
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TRITON_INTERPRET": "1",  # vLLM's and AITER's Triton kernels under the interpreter
+    "CUDA_VISIBLE_DEVICES": "",
+}
+
+
+def _prompts(seed: int, lengths: list[int]) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(VOCAB) for _ in range(n)] for n in lengths]
+
+
+def _v2_order_batches() -> list[list[list[int]]]:
+    """Long prompts chunked over several steps beside short new ones (model-runner V2 sorts the
+    short ones first), then prefix-cache hits beside a short new prompt."""
+    first = _prompts(1, [600, 20, 35, 700])
+    long_prompt = first[0]
+    rng = random.Random(2)
+    hits = [
+        long_prompt[:512] + [rng.randrange(VOCAB) for _ in range(48)],
+        long_prompt[:256] + [rng.randrange(VOCAB) for _ in range(100)],
+        _prompts(3, [12])[0],
+    ]
+    return [first, hits]
+
+
+def _prefix_hit_batches() -> list[list[list[int]]]:
+    """A prompt alone, then prefix-cache hits on it beside a short new prompt, every prompt
+    within one step's budget: each request's tokens are cut into steps the same way whether the
+    scheduler runs it beside others or alone (with an fp8 cache the cut decides which K/V a
+    request's attention reads before it is quantised)."""
+    (first,) = _prompts(4, [200])
+    rng = random.Random(5)
+    return [
+        [first],
+        [
+            first[:192] + [rng.randrange(VOCAB) for _ in range(40)],
+            _prompts(6, [12])[0],
+            first[:96] + [rng.randrange(VOCAB) for _ in range(30)],
+        ],
+    ]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    model: str  # a folder under the models directory (:func:`save_models`)
+    options: dict[str, Any] = field(default_factory=dict)
+    batches: list[list[list[int]]] = field(default_factory=_v2_order_batches)
+    draft: str | None = None  # an EAGLE draft folder
+    covers: str = ""
+    oracle: str = "CPU_ATTN"  # or ONE_PER_STEP (engine_comparison.ORACLES says why)
+
+
+WORKLOADS = [
+    Workload(
+        "v2-order",
+        "llama",
+        covers="chunked prefill and prefix-cache hits beside short new prompts, in V2's order",
+    ),
+    Workload(
+        "eagle",
+        "llama",
+        draft="eagle",
+        covers="EAGLE with 2 draft tokens: the drafter's pure-decode metadata, verify rows",
+    ),
+    Workload(
+        "fp8-kv",
+        "llama",
+        options={"kv_cache_dtype": "fp8"},
+        batches=_prefix_hit_batches(),
+        covers="an fp8 KV cache: prefix-cache hits beside a short new prompt",
+        oracle="ONE_PER_STEP",
+    ),
+    Workload("sliding-window", "mistral-sw", covers="sliding window (128 tokens)"),
+]
+WORKLOADS_BY_NAME = {w.name: w for w in WORKLOADS}
+
+
+def save_models(folder: Path) -> None:
+    """Tiny random models, saved locally (no hub): a Llama (2 layers, head size 64, GQA 2), the
+    same with a 128-token sliding window (Mistral), and a one-layer EAGLE draft for the Llama.
+    Weights drawn wide enough (std 0.1) that greedy choices are not near-ties."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    shape = dict(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
+        initializer_range=0.1, torch_dtype="float16",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, **shape)).save_pretrained(folder / "llama")
+    torch.manual_seed(0)
+    mistral = MistralConfig(num_hidden_layers=2, sliding_window=128, **shape)
+    MistralForCausalLM(mistral).save_pretrained(folder / "mistral-sw")
+    draft = LlamaConfig(num_hidden_layers=1, architectures=["LlamaForCausalLM"], **shape)
+    draft.save_pretrained(folder / "eagle")
+    generator = torch.Generator().manual_seed(1)
+    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
+    q_out, kv_out = 4 * 64, 2 * 64
+
+    def weight(*size: int) -> torch.Tensor:
+        return (torch.randn(*size, generator=generator) * 0.1).to(torch.float16)
+
+    save_file(
+        {
+            "fc.weight": weight(hidden, 2 * hidden),
+            "layers.0.self_attn.q_proj.weight": weight(q_out, hidden),
+            "layers.0.self_attn.k_proj.weight": weight(kv_out, hidden),
+            "layers.0.self_attn.v_proj.weight": weight(kv_out, hidden),
+            "layers.0.self_attn.o_proj.weight": weight(hidden, q_out),
+            "layers.0.mlp.gate_proj.weight": weight(inter, hidden),
+            "layers.0.mlp.up_proj.weight": weight(inter, hidden),
+            "layers.0.mlp.down_proj.weight": weight(hidden, inter),
+            "layers.0.post_attention_layernorm.weight": torch.ones(hidden, dtype=torch.float16),
+        },
+        str(folder / "eagle" / "model.safetensors"),
+    )
+
+
+def serve(
+    workload: Workload, models: Path, attention: str, one_per_step: bool = False
+) -> dict[str, Any]:
+    """One workload through vLLM's ``LLM`` with ``attention`` selected for every attention layer
+    (the draft's too); ``one_per_step``: the scheduler runs one request at a time. Returns each
+    request's tokens and logprobs, or the error, and what served ``ROCM_AITER_FA``."""
+    from vllm import LLM, SamplingParams
+
+    options: dict[str, Any] = dict(
+        model=str(models / workload.model), skip_tokenizer_init=True, enforce_eager=True,
+        dtype="float16", gpu_memory_utilization=0.1, max_model_len=1024, block_size=BLOCK_SIZE,
+        max_num_batched_tokens=TOKEN_BUDGET, enable_chunked_prefill=True,
+        enable_prefix_caching=True, attention_backend=attention, seed=0, **workload.options,
+    )  # fmt: skip
+    if one_per_step:
+        options["max_num_seqs"] = 1
+    if workload.draft is not None:
+        options["speculative_config"] = {
+            "method": "eagle", "model": str(models / workload.draft),
+            "num_speculative_tokens": 2, "attention_backend": attention,
+        }  # fmt: skip
+    result: dict[str, Any] = {"workload": workload.name, "attention": attention,
+                              "one_per_step": one_per_step}  # fmt: skip
+    llm = None
+    try:
+        llm = LLM(**options)
+        params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=0)
+        requests = []
+        for batch in workload.batches:
+            outputs = llm.generate([{"prompt_token_ids": p} for p in batch], params)
+            for prompt, output in zip(batch, outputs, strict=True):
+                completion = output.outputs[0]
+                requests.append(
+                    {
+                        "prompt_tokens": len(prompt),
+                        "tokens": list(completion.token_ids),
+                        "logprobs": [
+                            step[token].logprob
+                            for step, token in zip(
+                                completion.logprobs or [], completion.token_ids, strict=False
+                            )
+                        ],
+                    }
+                )
+        result["requests"] = requests
+    except Exception as exc:  # the engine stopped: the comparison reports it for this workload
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-3000:]
+    finally:
+        del llm
+        _release_engine()
+    result["aiter_fa"] = _aiter_fa_usage()
+    return result
+
+
+def _aiter_fa_usage() -> dict[str, Any]:
+    """What the test platform's ``ROCM_AITER_FA`` ran in this process so far, if it is here."""
+    try:
+        from aiter_fa_on_cpu.backend import usage
+    except ImportError:
+        return {}
+    return usage()
+
+
+def _release_engine() -> None:
+    """What vLLM's own tests do between two ``LLM`` objects in one process."""
+    gc.collect()
+    try:
+        from vllm.distributed import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    except Exception:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attention", required=True, choices=["CPU_ATTN", "ROCM_AITER_FA"])
+    parser.add_argument("--models", required=True, type=Path)
+    parser.add_argument("--workloads", nargs="+", default=[w.name for w in WORKLOADS])
+    parser.add_argument("--one-request-per-step", action="store_true")
+    args = parser.parse_args(argv)
+    missing = {k: v for k, v in ENGINE_ENV.items() if os.environ.get(k) != v}
+    if missing:
+        parser.error(f"start this child with {missing} (the engine tier's environment)")
+    for name in args.workloads:
+        result = serve(
+            WORKLOADS_BY_NAME[name], args.models, args.attention, args.one_request_per_step
+        )
+        print(RESULT_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
