@@ -130,10 +130,14 @@ def attend(
       score and a zero value, counted once in the softmax and in the lse, so a row with no key
       gives output 0 and lse = the sink. CK's forward pipelines with a sink start the running
       maximum at it and the running sum at 1, store ``m + log(l)`` as lse and, on the early exit
-      for a row with no keys, the sink itself (``block_fmha_pipeline_qr_ks_vs.hpp``, composable
-      kernel with ``sink_v``, read in the search corpus; AITER passes ``sink_ptr`` to it since
-      ROCm/aiter#1753); AITER's Triton ``unified_attention`` starts ``M`` at the sink and ``L``
-      at 1 (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
+      for a row with no keys, the sink itself (``ROCm/rocm-libraries``,
+      ``projects/composablekernel/include/ck_tile/ops/fmha/pipeline/
+      block_fmha_pipeline_qr_ks_vs.hpp`` at 9f81047dda0f1ba0aa037c1b975863df6cd217ab, ``sink_v``).
+      That is CK's route, which AITER's ``flash_attn_varlen_func`` takes through
+      ``mha_varlen_fwd`` once it passes ``sink_ptr`` (ROCm/aiter#1753, AITER v0.1.10; the pinned
+      CPU wheel, amd-aiter 0.1.7.post2.dev18, has no ``sink_ptr``). AITER's Triton
+      ``unified_attention`` starts ``M`` at the sink and ``L`` at 1
+      (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
     """
     sq, heads, _ = q.shape
     sk, kv_heads = k.shape[0], k.shape[1]
@@ -193,7 +197,14 @@ def flash_attn_varlen_func(
     ``merge_attn_states`` as ``[heads, tokens]``, ``rocm_aiter_fa.py`` 0.23.0 and 0.33.0). vLLM
     calls it causally over the new tokens and non-causally over each context chunk, where a row
     can have ``seqlen_k = 0`` (:func:`attend` for what that gives, with and without a sink: each
-    call counts ``sink_ptr``, one per query head, once; AITER converts it to float32)."""
+    call counts ``sink_ptr``, one per query head, once; AITER converts it to float32).
+
+    A whole call with ``max_seqlen_k == 0`` is refused: AITER skips the kernel and writes output
+    0 and lse **+inf** (``ROCm/aiter``, ``csrc/py_itfs_ck/mha_varlen_fwd_kernels.cu`` at
+    2d3141ac61b60ab2aa5924f47ec83bbcdc3d0bfe, ``mha_varlen_fwd``'s ``else`` branch), which no
+    merge survives and no sink changes. vLLM makes no such call (every context chunk it runs holds
+    the longest context's keys; new-token calls have at least one key per row), and this check
+    is what says so for every call the forward and engine tiers make."""
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
     _check(k.dtype == q.dtype and v.dtype == q.dtype, "q, k and v must share a dtype")
     _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "q, k, v must be [tokens, heads, d]")
@@ -208,6 +219,7 @@ def flash_attn_varlen_func(
     k_lens = [b - a for a, b in itertools.pairwise(ko)]
     _check(max(q_lens, default=0) <= max_seqlen_q, f"max_seqlen_q {max_seqlen_q} < {max(q_lens)}")
     _check(max(k_lens, default=0) <= max_seqlen_k, f"max_seqlen_k {max_seqlen_k} < {max(k_lens)}")
+    _check(max_seqlen_k > 0, "a call with max_seqlen_k == 0 (AITER: output 0, lse +inf)")
     scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
     window = (window_size[0], window_size[1]) if window_size is not None else (-1, -1)
     if out is None:
