@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import summary_lines
 from tests.helpers import engine_comparison, vllm_releases
 from tests.helpers.engine_comparison import Comparison
-from tests.helpers.engine_workloads import WORKLOADS, save_models
+from tests.helpers.engine_workloads import WORKLOADS, WORKLOADS_BY_NAME, save_models
 
 pytestmark = [pytest.mark.engine, pytest.mark.subprocess]
 
@@ -46,9 +46,11 @@ def verdicts(served: dict, request: pytest.FixtureRequest) -> dict[str, dict[str
 def test_the_plugin_serves_every_request_as_cpu_attn(verdicts: dict, workload: str) -> None:
     verdict = verdicts["plugin"][workload]
     assert verdict.error is None, verdict.error
+    oracle = WORKLOADS_BY_NAME[workload].oracle
     assert all(verdict.equal), (
-        f"{workload}: requests {[i for i, ok in enumerate(verdict.equal) if not ok]} differ from "
-        f"CPU_ATTN (largest logprob difference {verdict.largest_logprob_difference:.3g})"
+        f"{workload} ({WORKLOADS_BY_NAME[workload].covers}): requests "
+        f"{[i for i, ok in enumerate(verdict.equal) if not ok]} differ from {oracle} "
+        f"(largest logprob difference {verdict.largest_logprob_difference:.3g})"
     )
 
 
