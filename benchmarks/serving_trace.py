@@ -4,7 +4,7 @@ Run: ``bash scripts/nox -s trace`` (writes benchmarks/results/serving_trace.{jso
 ``python benchmarks/serving_trace.py`` in any environment with vLLM and the plugin installed.
 
 No model runs. vLLM's ``Scheduler`` schedules each synthetic workload
-(``diagnostics/scheduler_trace.py``); each step is laid out as model-runner V2 lays it out (the
+(``tests/helpers/scheduler_trace.py``); each step is laid out as model-runner V2 lays it out (the
 installed vLLM's ``sort_batch_req_ids``, or its sort by query length) and, for comparison, as the
 V1 runner's reorder does.
 
@@ -27,16 +27,23 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from bench_builder import cpu_name, pyplot  # benchmarks/ is sys.path[0] when run as a script
+from trace_tables import trace_forward_table, trace_table
 
-from vllm_rocm_aiter_plugin.diagnostics import tables
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.helpers: the Scheduler
+from tests.helpers.scheduler_trace import (
+    WORKLOADS,
+    Workload,
+    from_scheduler_step,
+    steps_of,
+)
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order, v2_order_source
 from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
-from vllm_rocm_aiter_plugin.diagnostics.scheduler_trace import WORKLOADS, Workload, steps_of
 
 FORWARD_MAX_TOKENS = 2048
 """Steps sampled for the attention-output view have at most this many scheduled tokens (vLLM's
@@ -106,7 +113,6 @@ def forward_sample(
     evenly over the trace, run through vLLM's real forward (the forward tier's runner): in V2
     order with stock's backend and the plugin's, in V1 order with stock's for its chunk count."""
     from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import from_scheduler_step
 
     eligible = [
         i
@@ -145,13 +151,13 @@ def forward_view(cases: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
-    text = tables.trace_table(rows, info)
+    text = trace_table(rows, info)
     if any(r.get("forward_steps") for r in rows):
         text += (
             f"\n\nAttention output, vLLM's real ROCM_AITER_FA forward on a sample of mixed steps "
             f"(at most {FORWARD_MAX_TOKENS} scheduled tokens; {info['forward_kernels']}); a "
             "request is wrong when any of its outputs is off the dense reference or not finite:\n\n"
-            + tables.trace_forward_table(rows)
+            + trace_forward_table(rows)
         )
     return text
 

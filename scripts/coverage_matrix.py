@@ -19,14 +19,25 @@ import re
 import sys
 from collections.abc import Callable
 
-from vllm_rocm_aiter_plugin import releases
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase
-from vllm_rocm_aiter_plugin.diagnostics.forward.graph_replay import REPLAY_CASES
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # tests.helpers: the graph replay cases
+
+from tests.helpers.graph_replay import REPLAY_CASES  # noqa: E402
+from vllm_rocm_aiter_plugin import releases  # noqa: E402
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase  # noqa: E402
+
 PAGE = os.path.join(ROOT, "docs", "testing.md")
 BLOCK = re.compile(r"(<!-- coverage matrix -->\n)(.*?)(<!-- end coverage matrix -->)", re.S)
 MI300_NOT_RUN = "not verified: no MI300 run on record (the tier has the cases)"
+
+
+def takes_v3_route(case: ForwardCase) -> bool:
+    """Whether AITER would send the case's prefill and extend calls on an MI300 (gfx942) to its
+    v3 assembly kernel rather than CK's ``mha_varlen_fwd``: ``can_impl_fmha_v3_fwd`` in
+    ``_flash_attn_varlen_forward`` (``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18): bf16,
+    head size 128 (192 on gfx950 only), no sliding window."""
+    return case.dtype == "bfloat16" and case.head_size == 128 and case.sliding_window is None
+
 
 Row = tuple[str, Callable[[ForwardCase], bool] | None, str]
 """(configuration, which cases are in it or None, and what a verified cell means where that needs
@@ -60,9 +71,26 @@ ROWS: tuple[Row, ...] = (
         "the plugin's builder runs vLLM's build() code; vLLM's shuffle write and gather run",
     ),
     (
+        "prefill and extend on AITER's CK route (MI300)",
+        lambda c: not takes_v3_route(c),
+        "the references compute what CK's mha_varlen_fwd computes",
+    ),
+    (
+        "prefill and extend on AITER's v3 assembly route (MI300: bf16, head size 128)",
+        takes_v3_route,
+        "the references compute what CK computes; on an MI300 these calls take the assembly "
+        "kernel, which only the MI300 tier runs",
+    ),
+    (
         "attention sinks",
         lambda c: bool(c.sinks),
         "each row's softmax counts the sink once (stock's extend merges count it once per call)",
+    ),
+    (
+        "attention sinks on AITER's v3 assembly route",
+        lambda c: bool(c.sinks) and takes_v3_route(c),
+        "no case: AITER gives that route no sink, so stock and the plugin both drop it "
+        "(docs/upstream/aiter.md, finding 5)",
     ),
     (
         GRAPH_ROW := "CUDA-graph capture and replay",
@@ -72,7 +100,7 @@ ROWS: tuple[Row, ...] = (
     ),
 )
 POOLS: dict[str, tuple[ForwardCase, ...]] = {GRAPH_ROW: REPLAY_CASES}
-"""Rows whose cases are not the forward cases (``diagnostics/forward/graph_replay.py``)."""
+"""Rows whose cases are not the forward cases (``tests/helpers/graph_replay.py``)."""
 
 
 def _why_not(case: ForwardCase, release: str) -> str | None:
@@ -104,6 +132,8 @@ def matrix() -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, selects, text in ROWS:
         cases = [c for c in POOLS.get(name, CASES) if selects(c)] if selects else []
+        if cases and text.startswith("no case: "):
+            raise ValueError(f"row {name!r} says no case covers it, but {len(cases)} do")
         if cases:
             cells = [*(_cpu_cell(cases, r, text) for r in releases.CI), _mi300_cell(cases)]
         else:

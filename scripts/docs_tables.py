@@ -12,8 +12,8 @@ A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end gener
   (``bash scripts/nox -s trace``);
 - ``timings`` (README) and ``timings-all`` (``docs/testing.md``): ``benchmarks/results/timings.json``
   (``python scripts/timed.py NAME -- COMMAND``).
-Needs nothing but the standard library and the package's stdlib-only modules (``releases``,
-``envs``, ``diagnostics/tables``).
+Needs nothing but the standard library, the package's stdlib-only modules (``releases``,
+``envs``) and ``benchmarks/trace_tables.py``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from vllm_rocm_aiter_plugin.diagnostics import tables  # noqa: E402 (stdlib only)
+import trace_tables  # noqa: E402 (stdlib only)
 
 BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
@@ -141,11 +142,11 @@ def _trace() -> dict:
 
 def trace_table() -> str:
     data = _trace()
-    return tables.trace_table(data["rows"], data["machine"])
+    return trace_tables.trace_table(data["rows"], data["machine"])
 
 
 def trace_forward_table() -> str:
-    return tables.trace_forward_table(_trace()["rows"])
+    return trace_tables.trace_forward_table(_trace()["rows"])
 
 
 def upstream_releases_table() -> str:

@@ -174,9 +174,9 @@ print(json.dumps({"vllm_file": vllm.__file__, "eagle_crash": eagle.affected,
 FORWARD = """
 import json, os
 os.environ.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-print(json.dumps(runner.run_in_child(kinds=("stock",), scheduler_steps=True,
-                                     extra_env={"PYTHONPATH": os.environ["PYTHONPATH"]})))
+from tests.helpers import forward_child  # the checkout's root is the working directory
+print(json.dumps(forward_child.run_in_child(kinds=("stock",), scheduler_steps=True,
+                                            extra_env={"PYTHONPATH": os.environ["PYTHONPATH"]})))
 """
 
 

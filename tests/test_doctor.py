@@ -14,12 +14,14 @@ from vllm.v1.attention.backends import utils as stock_utils
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
 import vllm_rocm_aiter_plugin
-from tests.helpers import environment, vllm_releases
+from tests.helpers import environment, forward_child, vllm_releases
 from tests.helpers.doctor_answers import healthy_in_process_checks, passing_fresh_process_checks
 from tests.helpers.subprocess_util import CLEARED, REPO_ROOT, run_child, scrubbed_env
 from vllm_rocm_aiter_plugin import policy
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
+from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels, runner
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_SINK_CASE
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
@@ -93,6 +95,8 @@ def test_default_install_reports_fix_active():
     assert forward["registered_right"] is True
     assert bool(forward["stock_wrong_requests"]) is drops
     assert forward["chunks"] <= forward["v1_stock_chunks"]
+    # Where this release takes attention sinks, a step with sinks is judged too.
+    assert (f"{DOCTOR_SINK_CASE}:" in forward["registered_detail"]) is runner.takes_sinks()
     assert forward["configuration"]["kv_cache_dtype"] == "auto"  # the check's own, named
     assert (forward["configuration"]["block_size"], forward["configuration"]["head_size"]) == (
         16,
@@ -241,6 +245,28 @@ def test_verdict_comes_from_the_attention_output_too():
     assert any("attention output on the doctor-step step is wrong" in p for p in report.problems)
 
 
+def test_a_kernel_that_drops_the_sink_on_the_new_token_call_makes_the_doctor_say_not_working():
+    """The doctor's own forward steps, with AITER's varlen kernel dropping the sink on causal
+    calls (a CK that sets the sink to -inf under a mask, built without AITER's compensation:
+    docs/upstream/aiter.md): the sink step is wrong, and the verdict says fix NOT working."""
+    if not runner.takes_sinks():
+        pytest.skip("this release's ROCM_AITER_FA takes no attention sinks: no sink step")
+    if reference_kernels.aiter_available():
+        pytest.skip("AITER's real kernels run here: tests/rocm/test_aiter_assumptions.py asks them")
+    if not environment.plugin_overrides_by_default():
+        pytest.skip("the policy leaves this vLLM stock: the forward check judges stock")
+    (sink_step,) = [c for c in doctor.forward_cases(None, "cpu") if c.name == DOCTOR_SINK_CASE]
+    report = forward_child.run_in_child(
+        kinds=("stock", "registered"), cases=[sink_step],
+        mutations=["reference-drops-sink-on-causal-calls"],
+    )  # fmt: skip
+    forward = doctor.forward_report(report)
+    assert forward.case == DOCTOR_SINK_CASE
+    assert not forward.registered_right, forward.registered_detail
+    verdict = doctor.collect({**passing_fresh_process_checks(), "forward": lambda: forward})
+    assert verdict.exit_code == 1 and verdict.verdict.startswith("fix NOT working")
+
+
 @pytest.mark.parametrize("redirect", [">&-", ">/dev/full"], ids=["closed", "full"])
 def test_unwritable_stdout_exits_2_with_one_line(redirect):
     proc = subprocess.run(
@@ -281,6 +307,27 @@ def test_the_doctor_checks_the_operators_serving_configuration():
     assert configuration["fp8_format"] == environment.fp8_format_of_forward_device()
     assert configuration["k_scale"] != 1.0 and configuration["v_scale"] != 1.0
     assert forward["registered_right"] is True, forward["registered_detail"]
+    assert code == report["exit_code"] == 0
+
+
+def test_the_forward_check_runs_in_the_shuffle_layout_the_operator_set():
+    """``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1``, as vLLM reads it: the forward check runs its first
+    step in that layout where the release's layout can run right; where it cannot, the check says
+    why and exits 2; where the release has no such layout, the variable changes nothing."""
+    if not environment.plugin_overrides_by_default():
+        pytest.skip("the policy leaves this vLLM stock: the forward check judges stock")
+    code, report = _doctor({"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT": "1"})
+    unavailable = harness.shuffle_layout_unavailable()
+    if unavailable is not None and unavailable != harness.NO_SHUFFLE_LAYOUT:
+        assert unavailable in report["check_errors"]["forward"]
+        assert code == report["exit_code"] == 2
+        return
+    assert report["check_errors"] == {}
+    forward = report["forward"]
+    layout = "NHD" if unavailable else "SHUFFLE"
+    assert forward["configuration"]["kv_cache_layout"] == layout
+    assert forward["registered_right"] is True, forward["registered_detail"]
+    assert ("eagle" in forward["registered_detail"]) is (layout == "NHD")
     assert code == report["exit_code"] == 0
 
 

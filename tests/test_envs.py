@@ -126,3 +126,26 @@ def test_vllm_plugins_parser_matches_vllm_on_any_string(value):
     assert reading.value == expected
     assert policy.plugin_allowed(reading.value) is (policy.PLUGIN_NAME in expected)
     assert (reading.problem is None) is (policy.PLUGIN_NAME in expected)
+
+
+@given(value=st.one_of(st.none(), st.sampled_from(["1", "0", "true", "TRUE", "True", "yes", ""])))
+def test_shuffle_layout_parsed_as_the_installed_vllm_does(value):
+    """Where the installed vLLM has ``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT``, the plugin reads it as
+    vLLM does (the doctor's forward check must run in the layout vLLM serves)."""
+    import os
+
+    import vllm.envs as vllm_envs
+
+    vllms = vllm_envs.environment_variables.get(envs.SHUFFLE_LAYOUT)
+    if vllms is None:
+        pytest.skip("this vLLM has no shuffle KV-cache layout variable")
+    saved = os.environ.pop(envs.SHUFFLE_LAYOUT, None)
+    if value is not None:
+        os.environ[envs.SHUFFLE_LAYOUT] = value
+    try:
+        expected = vllms()
+    finally:
+        os.environ.pop(envs.SHUFFLE_LAYOUT, None)
+        if saved is not None:
+            os.environ[envs.SHUFFLE_LAYOUT] = saved
+    assert envs.parse_shuffle_layout(value).value is expected

@@ -18,7 +18,13 @@ import os
 import pytest
 
 from tests.conftest import summary_lines
-from tests.helpers import environment, forward_background, forward_checks, vllm_releases
+from tests.helpers import (
+    environment,
+    forward_background,
+    forward_checks,
+    scheduler_trace,
+    vllm_releases,
+)
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
@@ -121,7 +127,7 @@ def test_steps_of_vllms_scheduler(report):
     """Steps of vLLM's Scheduler on the serving trace's workloads where stock drops context in
     V2 order, in V2 and V1 order: the plugin is right on every request; stock only in V1."""
     cases = [c for c in report["cases"] if c["case"].startswith("scheduler-")]
-    assert len(cases) == 2 * len(runner.SCHEDULER_WORKLOADS)
+    assert len(cases) == 2 * len(scheduler_trace.SCHEDULER_WORKLOADS)
     merge_nan = report["merge_makes_nan_of_empty_states"]
     for case in cases:
         forward_checks.check_plugin(case)

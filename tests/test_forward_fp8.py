@@ -17,7 +17,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers import environment, forward_background, forward_checks
+from tests.helpers import environment, forward_background, forward_checks, forward_child
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels, runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, FP8_EAGLE_CASE, FP8_FORMATS
 
@@ -100,7 +100,9 @@ def test_fp16_values_are_divided_in_fp16_before_the_cast():
 
 
 def _mutated(mutation: str, extra_env: dict[str, str] | None = None) -> dict:
-    result = runner.run_in_child([FP8_EAGLE_CASE], mutations=[mutation], extra_env=extra_env)
+    result = forward_child.run_in_child(
+        names=[FP8_EAGLE_CASE], mutations=[mutation], extra_env=extra_env
+    )
     if "unavailable" in result:
         pytest.skip(result["unavailable"])
     assert result["mutations"] == [mutation]

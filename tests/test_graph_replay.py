@@ -1,7 +1,7 @@
 """CUDA-graph replay in the forward tier: EAGLE decodes (and sliding-window decodes) captured
 once, as model-runner V2 captures a uniform-decode batch over its persistent input buffers, then
 replayed on later steps written into those buffers; each request's output judged against its
-dense reference (``diagnostics/forward/graph_replay.py``).
+dense reference (``tests/helpers/graph_replay.py``).
 
 On ROCm with AITER the capture is a real ``torch.cuda.CUDAGraph`` (``tests/rocm``); here, the
 forward runs again on the capture's metadata object, and a control shows that stand-in fails a
@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import forward_background, forward_checks
+from tests.helpers import forward_background, forward_checks, graph_replay
 from vllm_rocm_aiter_plugin.builder import own_build_enabled
-from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay, runner
+from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 
 pytestmark = [pytest.mark.cpu, pytest.mark.forward]
 

@@ -110,6 +110,53 @@ def test_the_package_imports_itself_without_cycles():
     assert "diagnostics.forward.cases" in package_import_graph()["diagnostics.forward.runner"]
 
 
+def named_by_string(path: pathlib.Path) -> set[str]:
+    """The package's modules a string in ``path`` names (vLLM imports a backend or platform by
+    its qualified name): each dotted prefix of every ``vllm_rocm_aiter_plugin.`` string."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts = node.value.split(".")
+            if parts[0] == "vllm_rocm_aiter_plugin" and all(p.isidentifier() for p in parts):
+                names.update(".".join(parts[1:i]) for i in range(2, len(parts) + 1))
+    return names
+
+
+def reached_from_entry_points() -> set[str]:
+    """The package's modules that its entry points (vLLM's plugin groups, the console script,
+    ``python -m``) reach through imports and qualified names, lazy ones included."""
+    dist = importlib.metadata.distribution("vllm-rocm-aiter-plugin")
+    roots = {"__init__", "__main__"} | {
+        ep.module.removeprefix("vllm_rocm_aiter_plugin").lstrip(".") or "__init__"
+        for ep in dist.entry_points
+    }
+    graph = package_import_graph()
+    paths = {
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")
+    }
+    reached, todo = set(), list(roots)
+    while todo:
+        module = todo.pop()
+        if module in reached or module not in graph:
+            continue
+        reached.add(module)
+        todo += graph[module] | (named_by_string(paths[module]) & set(graph))
+    return reached
+
+
+def test_every_shipped_module_is_reached_from_an_entry_point():
+    """What ships is what vLLM or the commands run: a module nothing reaches belongs in tests/,
+    benchmarks/ or scripts/ (the import walk is static; ``docs/architecture.md``)."""
+    shipped = {
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")
+    }
+    package_markers = {m for m in shipped if m.endswith("__init__") and m != "__init__"}
+    assert shipped - package_markers - reached_from_entry_points() == set()
+    assert {"builder", "diagnostics.doctor", "diagnostics.forward.runner"} <= (
+        reached_from_entry_points()
+    )
+
+
 def test_envs_is_the_floor_it_imports_nothing_of_the_plugin():
     assert runtime_import_graph()["envs"] == set()
 

@@ -22,13 +22,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import forward_checks, forward_child
+from tests.helpers.scheduler_trace import prompt_before_context
 from vllm_rocm_aiter_plugin import impl
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels, runner
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
-    CASES,
-    ForwardCase,
-    prompt_before_context,
-)
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase
 
 pytestmark = [pytest.mark.cpu]
 
@@ -182,3 +180,31 @@ def test_an_extend_path_without_the_ops_global_is_left_as_vllms():
     impl runs it unchanged (and says so) rather than failing a forward."""
     function = _extend_forward_without_the_ops_global
     assert impl._rebound(function, False, True) is function
+
+
+@pytest.mark.subprocess
+def test_mutation_a_kernel_that_drops_the_sink_on_causal_calls_fails_the_tier():
+    """A CK built with ``sink_value = -inf`` under a mask and no sink flag, without AITER's
+    compensation (docs/upstream/aiter.md), drops the sink on the causal new-token call: the
+    only call the plugin gives it. The forward tier, with the reference doing the same, must
+    find the plugin's extend rows off their references."""
+    if not runner.takes_sinks():
+        pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
+    if reference_kernels.aiter_available():
+        pytest.skip("AITER's real kernels run here: the reference this mutates is not used")
+    mutation = "reference-drops-sink-on-causal-calls"
+    result = forward_child.run_in_child(names=["v2-sinks"], mutations=[mutation])
+    if "unavailable" in result:
+        pytest.skip(result["unavailable"])
+    assert result["mutations"] == [mutation]
+    (case,) = result["cases"]
+    plugin = case["plugin"]
+    assert "error" not in plugin, plugin.get("traceback", plugin.get("error"))
+    off = {
+        r["req_id"]
+        for r in plugin["rows"]
+        if r["region"] == "extend" and (r["nan"] or r["error"] > case["tolerance"])
+    }
+    assert off == {"new-prompt", "continuation"}
+    with pytest.raises(AssertionError):
+        forward_checks.check_plugin(case)

@@ -24,6 +24,7 @@ ATTENTION_BACKEND = "VLLM_ATTENTION_BACKEND"
 VLLM_PLUGINS = "VLLM_PLUGINS"
 USE_AITER = "VLLM_ROCM_USE_AITER"
 USE_AITER_MHA = "VLLM_ROCM_USE_AITER_MHA"
+SHUFFLE_LAYOUT = "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT"
 REQUIRE_HARDWARE = "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE"
 E2E_TARGET = "VLLM_ROCM_AITER_E2E_TARGET"
 E2E_DRAFT = "VLLM_ROCM_AITER_E2E_DRAFT"
@@ -158,6 +159,16 @@ def parse_use_aiter_mha(raw: str | None) -> Reading:
     return Reading(False, "off: automatic selection never picks ROCM_AITER_FA")
 
 
+def parse_shuffle_layout(raw: str | None) -> Reading:
+    """``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT`` (vLLM's, default off): AITER's shuffle KV-cache
+    layout, read as vLLM reads it (``true`` or ``1``, any case)."""
+    if raw is not None and raw.lower() in ("true", "1"):
+        return Reading(
+            True, "on: the shuffle KV-cache layout; the doctor's forward check runs in it"
+        )
+    return Reading(False, "off: the standard KV-cache layout")
+
+
 def parse_attention_backend(raw: str | None) -> Reading:
     """``VLLM_ATTENTION_BACKEND``, without vLLM: the name it gives (upper case), or None for
     automatic selection. Which backend that name selects, and whether it can run here, needs vLLM:
@@ -230,6 +241,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(USE_AITER_MHA, "vLLM", "unset, `1`, `true`: on; anything else: off",
              "AITER attention in automatic selection; counts only with VLLM_ROCM_USE_AITER=1",
              parse_use_aiter_mha),
+    Variable(SHUFFLE_LAYOUT, "vLLM", "`1`, `true`: on; unset or anything else: off",
+             "AITER's shuffle KV-cache layout (gfx950 images). The doctor's forward check runs "
+             "in the layout it names", parse_shuffle_layout),
     Variable(REQUIRE_HARDWARE, "tests", "unset, `1`", "hardware skips fail (a GPU runner)",
              parse_flag),
     Variable(E2E_TARGET, "tests", "a directory",

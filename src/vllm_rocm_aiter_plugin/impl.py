@@ -13,10 +13,14 @@ everywhere else the merge is vLLM's own. Why, and when it can go:
 ``docs/deviations.md``, "impl: empty context chunks stay empty".
 
 With attention sinks (gpt-oss), ``extend_forward`` passes ``sink_ptr`` to the new-token call and
-to every context-chunk call of AITER's ``flash_attn_varlen_func``, and CK's kernel counts the sink
-in each call's softmax and lse; the merges then count it once per call. The plugin runs vLLM's
-code with the sink passed to the new-token call only (the call every row has keys in), so the
-merged softmax counts it once. ``docs/deviations.md``, "impl: the attention sink counted once".
+to every context-chunk call of AITER's ``flash_attn_varlen_func``. On AITER's CK route
+(``mha_varlen_fwd``: fp16, or head sizes other than 128 and 192, or a sliding window) the kernel
+counts the sink in each call's softmax and lse, and the merges then count it once per call. The
+plugin runs vLLM's code with the sink passed to the new-token call only (the call every row has
+keys in), so the merged softmax counts it once. On AITER's v3 assembly route (bf16, head size 128
+or 192, no sliding window) no call gets the sink, in stock and here alike: the change is harmless
+there and fixes nothing. ``docs/deviations.md``, "impl: the attention sink counted once";
+``docs/upstream/aiter.md``, findings 5 and 6.
 
 The extend path never runs under CUDA-graph capture (ROCM_AITER_FA captures uniform decode batches
 only), so the one probe, a tiny merge and a host read, happens in eager mode.
@@ -111,10 +115,11 @@ def sink_in_new_token_call_only(ops: type[Any]) -> type[Any]:
     """``ops`` (vLLM's ``rocm_aiter_ops``) whose ``flash_attn_varlen_func`` keeps ``sink_ptr``
     only on the call whose keys are the queries' own tokens (``cu_seqlens_k`` is
     ``cu_seqlens_q``): in ``extend_forward`` that is the new-token call, where every row has keys;
-    the context-chunk calls run without it. CK's forward
-    pipeline folds a sink into each call's softmax and lse (running max starts at the sink, the
-    running sum at 1; a row with no keys gets lse = sink), so a merge of calls that all carry it
-    counts it once per call; carried by one call whose rows all have keys, it is counted once."""
+    the context-chunk calls run without it. On AITER's CK route the forward pipeline folds a sink
+    into each call's softmax and lse (running max starts at the sink, the running sum at 1; a row
+    with no keys gets lse = sink), so a merge of calls that all carry it counts it once per call;
+    carried by one call whose rows all have keys, it is counted once. AITER's v3 assembly route
+    takes no sink on any call (``docs/upstream/aiter.md``, finding 5)."""
     vllm_call = ops.flash_attn_varlen_func
 
     def flash_attn_varlen_func(*args: Any, **kwargs: Any) -> Any:

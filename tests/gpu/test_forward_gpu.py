@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import forward_checks
-from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay, runner
+from tests.helpers import forward_checks, forward_child, graph_replay
+from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forward]
@@ -17,7 +17,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.forward]
 
 @pytest.fixture(scope="module")
 def report(device) -> dict:
-    result = runner.run(device=str(device), gather_budget=None, cases=CASES, graph_replay=True)
+    result = forward_child.run(
+        device=str(device), gather_budget=None, cases=CASES, graph_replays=True
+    )
     assert "unavailable" not in result, result.get("unavailable")
     return result
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from tests.helpers import forward_child
 
 CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2", "v2-sinks")
 
@@ -20,8 +20,8 @@ _thread: threading.Thread | None = None
 
 def _run() -> None:
     try:
-        _outcome["report"] = runner.run_in_child(
-            scheduler_steps=True, control=CONTROL_CASES, graph_replay=True
+        _outcome["report"] = forward_child.run_in_child(
+            scheduler_steps=True, control=CONTROL_CASES, graph_replays=True
         )
     except BaseException as exc:  # handed to the fixture, which raises it in the test
         _outcome["error"] = exc

@@ -103,7 +103,7 @@ def check_case(report: dict, name: str) -> None:
 
 
 def check_graph_replay(report: dict, name: str, kind: str, graph: str | None = None) -> None:
-    """A CUDA-graph replay case (``diagnostics/forward/graph_replay.py``) for ``kind``'s backend:
+    """A CUDA-graph replay case (``tests/helpers/graph_replay.py``) for ``kind``'s backend:
     it ran as ``graph`` (``cuda graph``, ``eager stand-in``; None: either), the capture is all
     decodes, every replayed step's requests equal their references with no NaN; where the eager
     stand-in ran, the frozen control (the capture's metadata copied, as a builder that copies

@@ -142,3 +142,35 @@ def test_each_call_counts_the_sink_once_and_a_key_less_row_gets_it_as_lse(device
     assert lse_error <= 1e-2, (
         f"assumption 'lse includes the sink; lse = sink without keys': {lse_error}"
     )
+
+
+@pytest.mark.parametrize("shape", SINK_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_the_causal_new_token_call_counts_the_sink_once(device, shape):
+    """The one call the plugin gives the sink: causal, the queries' own tokens as keys. Its lse
+    must be the sink-free call's lse with the sink added once, ``logaddexp(lse, sink)``, and its
+    output the sink-free output scaled by ``exp(lse - lse_with_sink)``. A CK that sets the sink
+    to -inf under a mask (without AITER's compensation) drops it here, and the plugin would then
+    count it zero times; so does AITER's v3 assembly route, stock and the plugin alike
+    (docs/upstream/aiter.md)."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+
+    if not runner.takes_sinks():
+        pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
+    case = next(c for c in CASES if c.sinks and shape[2] == c.num_heads)
+    sink = case.sink_tensor(device)
+    q_lens = [3, 5, 1, 4]
+    q, k, v = (t[: sum(q_lens)] for t in _inputs(*shape, device))
+    out, lse = _extend_call(q, k, v, q_lens, q_lens, causal=True)
+    out_sink, lse_sink = _extend_call(q, k, v, q_lens, q_lens, causal=True, sink_ptr=sink)
+    want_lse = torch.logaddexp(lse.float(), sink.float()[:, None])
+    lse_error = float((lse_sink.float() - want_lse).abs().max())
+    assert lse_error <= 1e-2, (
+        f"assumption 'the causal call's lse counts the sink once' broken ({shape}): {lse_error}; "
+        "the plugin gives the sink to this call only"
+    )
+    weight = torch.exp(lse.float() - lse_sink.float()).transpose(0, 1)[..., None]
+    error = float((out_sink.float() - out.float() * weight).abs().max())
+    assert error <= TOLERANCE[shape[0]], (
+        f"assumption 'the causal call's output is scaled by the sink once' broken ({shape}): "
+        f"{error}"
+    )

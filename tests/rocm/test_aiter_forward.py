@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import forward_checks
-from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay, runner
+from tests.helpers import forward_checks, forward_child, graph_replay
+from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.forward]
@@ -24,7 +24,9 @@ def report(device) -> dict:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    result = runner.run(device=str(device), gather_budget=None, cases=CASES, graph_replay=True)
+    result = forward_child.run(
+        device=str(device), gather_budget=None, cases=CASES, graph_replays=True
+    )
     assert "unavailable" not in result, result.get("unavailable")
     assert result["references"] == [], (
         f"real kernels expected, got references {result['references']}"

@@ -95,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     vllm_log.import_vllm_quietly()
     try:
         if args.command == "doctor":
+            from vllm_rocm_aiter_plugin import envs
             from vllm_rocm_aiter_plugin.diagnostics import doctor
 
+            shuffle = envs.read(envs.SHUFFLE_LAYOUT).value
             configuration = doctor.ServingConfiguration(
-                args.kv_cache_dtype, args.block_size, args.head_size
+                args.kv_cache_dtype, args.block_size, args.head_size, "SHUFFLE" if shuffle else None
             )
             code = doctor.run(as_json=args.json, configuration=configuration)
         else:

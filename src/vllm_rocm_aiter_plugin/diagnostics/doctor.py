@@ -25,9 +25,12 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from vllm_rocm_aiter_plugin import envs, policy
+
+if TYPE_CHECKING:
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
 
 EXIT_OK, EXIT_NOT_ACTIVE, EXIT_CHECK_FAILED = 0, 1, 2
 DISTRIBUTION = "vllm-rocm-aiter-plugin"
@@ -118,6 +121,7 @@ class ServingConfiguration:
     kv_cache_dtype: str | None = None
     block_size: int | None = None
     head_size: int | None = None
+    kv_cache_layout: str | None = None  # "SHUFFLE": VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT is on
 
     def changes(self, device: str) -> dict[str, Any]:
         """The forward cases' fields this configuration sets. An fp8 cache takes the format of
@@ -137,6 +141,8 @@ class ServingConfiguration:
 
                 fp8_format = str(current_platform.fp8_dtype()).removeprefix("torch.")
             changes.update(fp8_format=fp8_format, k_scale=0.05, v_scale=0.08)
+        if self.kv_cache_layout is not None:
+            changes["kv_cache_layout"] = self.kv_cache_layout
         return changes
 
 
@@ -317,29 +323,46 @@ def resolution_report(resolved: dict[str, Any]) -> Resolution:
     )
 
 
-def check_forward(configuration: ServingConfiguration | None = None) -> Forward:
-    """vLLM's ROCM_AITER_FA forward on a model-runner V2 step whose extend region holds a new
-    prompt and two context chunks, and on an EAGLE verification step without the upper bound
-    (its decode path calls AITER's ``unified_attention``), with stock's backend and the
-    registered one, in a fresh process: on the GPU where there is one, else on CPU (Triton
-    interpreter; AITER's Triton kernel where its wheel loads, references for the rest). In the
-    operator's ``configuration`` where one is given."""
-    import torch
-
-    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+def forward_cases(configuration: ServingConfiguration | None, device: str) -> list[ForwardCase]:
+    """The forward check's steps: a model-runner V2 step whose extend region holds a new prompt
+    and two context chunks; an EAGLE verification step without the upper bound (its decode path
+    calls AITER's ``unified_attention``); where this release's ROCM_AITER_FA takes attention
+    sinks, a V2 step with sinks, whose extend path relies on how AITER counts a sink on the causal
+    new-token call. In the operator's ``configuration`` where one is given; in the shuffle
+    KV-cache layout the first step only (vLLM serves no EAGLE verification and no sinks in it)."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
     from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
         CASES_BY_NAME,
         DOCTOR_CASE,
         DOCTOR_EAGLE_CASE,
+        DOCTOR_SINK_CASE,
     )
 
+    configuration = configuration or ServingConfiguration()
+    if configuration.kv_cache_layout == "SHUFFLE" and harness.shuffle_layout_unavailable() == (
+        harness.NO_SHUFFLE_LAYOUT
+    ):
+        configuration = dataclasses.replace(configuration, kv_cache_layout=None)  # vLLM ignores it
+    if configuration.kv_cache_layout == "SHUFFLE":
+        names = [DOCTOR_CASE]
+    else:
+        names = [DOCTOR_CASE, DOCTOR_EAGLE_CASE] + [DOCTOR_SINK_CASE] * runner.takes_sinks()
+    changes = configuration.changes(device)
+    return [dataclasses.replace(CASES_BY_NAME[n], **changes) for n in names]
+
+
+def check_forward(configuration: ServingConfiguration | None = None) -> Forward:
+    """vLLM's ROCM_AITER_FA forward on :func:`forward_cases`, with stock's backend and the
+    registered one, in a fresh process: on the GPU where there is one, else on CPU (Triton
+    interpreter; AITER's Triton kernel where its wheel loads, references for the rest)."""
+    import torch
+
+    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    changes = (configuration or ServingConfiguration()).changes(device)
-    cases = [
-        dataclasses.replace(CASES_BY_NAME[n], **changes) for n in (DOCTOR_CASE, DOCTOR_EAGLE_CASE)
-    ]
     report = runner.run_in_child(
-        kinds=("stock", "registered"), device=device, timeout=900, cases=cases,
+        kinds=("stock", "registered"), device=device, timeout=900,
+        cases=forward_cases(configuration, device),
     )  # fmt: skip
     if "unavailable" in report:
         raise RuntimeError(report["unavailable"])
@@ -686,9 +709,14 @@ def configuration_line(configuration: dict[str, Any]) -> str:
             f" ({configuration['fp8_format'].removeprefix('float8_')}, k/v scales "
             f"{configuration['k_scale']:g}/{configuration['v_scale']:g})"
         )
+    layout = (
+        ", VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1"
+        if configuration.get("kv_cache_layout") == "SHUFFLE"
+        else ""
+    )
     return (
         f"--kv-cache-dtype {cache}, --block-size {configuration.get('block_size')}, "
-        f"head size {configuration.get('head_size')}, {configuration.get('dtype')}"
+        f"head size {configuration.get('head_size')}, {configuration.get('dtype')}{layout}"
     )
 
 

@@ -588,33 +588,9 @@ CASES_BY_NAME = {case.name: case for case in CASES}
 DOCTOR_CASE = "doctor-multi-chunk-v2"
 DOCTOR_EAGLE_CASE = "eagle-pure-decode-no-upper-bound"
 """The doctor's second step: EAGLE verification, which takes AITER's ``unified_attention``."""
-
-
-def from_scheduler_step(name: str, step: dict, order: str, **settings: object) -> ForwardCase:
-    """A case from one step of vLLM's Scheduler (:mod:`..scheduler_trace`)."""
-    requests = tuple(
-        Request(
-            req_id,
-            step["computed"][req_id],
-            tokens,
-            len(step["drafts"].get(req_id, ())),
-            step["prompt_lens"][req_id],
-        )
-        for req_id, tokens in step["num_tokens"].items()
-    )
-    return ForwardCase(name, requests, order, **settings)  # type: ignore[arg-type]
-
-
-def prompt_before_context(case: ForwardCase) -> bool:
-    """Whether the case's order puts a new prompt longer than the threshold before a row with
-    context: the layout that makes a split assuming region order drop that row's context."""
-    rows = case.ordered()
-    return any(
-        not row.context_len
-        and row.query_len > case.threshold
-        and any(later.context_len for later in rows[index + 1 :])
-        for index, row in enumerate(rows)
-    )
+DOCTOR_SINK_CASE = "v2-sinks"
+"""The doctor's third step, where the release takes sinks: the plugin gives AITER the sink on the
+causal new-token call only, so a kernel that drops it there makes this step wrong."""
 
 
 def configuration(case: ForwardCase) -> dict[str, Any]:

@@ -232,6 +232,9 @@ def shuffle_layout_ops() -> type:
     )
 
 
+NO_SHUFFLE_LAYOUT = "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
+
+
 def shuffle_layout_unavailable() -> str | None:
     """Why stock's shuffle KV-cache layout cannot run right on this vLLM, or None: it has no
     shuffle layout, or its cache keeps K and V interleaved within each block
@@ -243,7 +246,7 @@ def shuffle_layout_unavailable() -> str | None:
     backend = rocm_aiter_fa.AiterFlashAttentionBackend
     if not loads_global(rocm_aiter_fa.AiterFlashAttentionImpl.do_kv_cache_update.__code__,
                         SHUFFLE_WRITE_NAME):  # fmt: skip
-        return "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
+        return NO_SHUFFLE_LAYOUT
     if hasattr(backend, "get_kv_cache_shape"):
         return (
             "this vLLM's shuffle layout keeps K and V interleaved within each block, which "

@@ -196,8 +196,22 @@ def flash_attn_varlen_func(
     ``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18; vLLM's extend path hands it to
     ``merge_attn_states`` as ``[heads, tokens]``, ``rocm_aiter_fa.py`` 0.23.0 and 0.33.0). vLLM
     calls it causally over the new tokens and non-causally over each context chunk, where a row
-    can have ``seqlen_k = 0`` (:func:`attend` for what that gives, with and without a sink: each
-    call counts ``sink_ptr``, one per query head, once; AITER converts it to float32).
+    can have ``seqlen_k = 0`` (:func:`attend` for what that gives).
+
+    It follows AITER's CK route, ``mha_varlen_fwd``. There each call counts ``sink_ptr`` (one
+    float32 logit per query head) once, masked or not: AITER hands it to ``mha_varlen_fwd`` from
+    ROCm/aiter v0.1.10 on (``aiter/ops/mha.py``, ``csrc/py_itfs_ck/mha_varlen_fwd_kernels.cu``,
+    ROCm/aiter#1753), and CK's kernel reads it for every call (``ROCm/rocm-libraries`` at
+    07c8e141cef75754c70692fea95f071d1e913561, ``projects/composablekernel/include/ck_tile/ops/
+    fmha/kernel/fmha_fwd_kernel.hpp``, ``run_``) into pipelines that start the running maximum at
+    it (at 9f81047dda0f1ba0aa037c1b975863df6cd217ab ``block_fmha_pipeline_qr_ks_vs.hpp`` and at
+    2602e2b19e7a5312994d40c42abf52d1e5bf392d ``block_fmha_pipeline_qr_ks_vs_async.hpp``, same
+    directory as :func:`attend` names). The pinned CPU wheel, amd-aiter 0.1.7.post2.dev18, has
+    no ``sink_ptr``. AITER's other route, its v3 assembly kernel (``fmha_v3_varlen_fwd``: bf16,
+    head size 128 or, on gfx950, 192, no sliding window; ``_flash_attn_varlen_forward`` in the
+    pinned wheel's ``aiter/ops/mha.py``), takes no sink: the coverage matrix of
+    ``docs/testing.md`` says which route each forward case would take on an MI300, and
+    ``docs/upstream/aiter.md`` (findings 5 and 6) what differs there.
 
     A whole call with ``max_seqlen_k == 0`` is refused: AITER skips the kernel and writes output
     0 and lse **+inf** (``ROCm/aiter``, ``csrc/py_itfs_ck/mha_varlen_fwd_kernels.cu`` at

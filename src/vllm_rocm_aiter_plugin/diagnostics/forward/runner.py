@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from unittest import mock
 
@@ -28,7 +28,6 @@ import torch
 
 from vllm_rocm_aiter_plugin.builder import FAST_BUILD_ENV
 from vllm_rocm_aiter_plugin.diagnostics.forward import aiter_triton, harness, reference_kernels
-from vllm_rocm_aiter_plugin.diagnostics.forward import graph_replay as graph_replay_cases
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     CASES,
     CASES_BY_NAME,
@@ -340,56 +339,6 @@ def set_kv_scales(layer: Any, k_scale: float, v_scale: float) -> None:
         setattr(layer, f"_{side}_scale_float", value)
 
 
-SCHEDULER_WORKLOADS = ("chunked-2048", "prefix-cache-heavy")
-
-
-def scheduler_cases(
-    workloads: Sequence[str] = SCHEDULER_WORKLOADS,
-    steps: int = 300,
-    per_workload: int = 1,
-    max_tokens: int = 2048,
-    max_context: int = 40000,
-    seed: int = 0,
-) -> list[ForwardCase]:
-    """Steps of vLLM's Scheduler on the serving trace's workloads whose model-runner V2 order puts
-    a new prompt before a row with context (within the size limits, so that the interpreter stays
-    quick), each in V2 order and in V1 order. One query head and one KV head."""
-    import dataclasses
-
-    from vllm_rocm_aiter_plugin.diagnostics import samples, scheduler_trace
-    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
-        from_scheduler_step,
-        prompt_before_context,
-    )
-
-    selected: list[ForwardCase] = []
-    with tempfile.TemporaryDirectory(prefix="tiny-llama-") as model_dir:
-        samples.write_tiny_llama(model_dir)
-        for workload in scheduler_trace.WORKLOADS:
-            if workload.name not in workloads:
-                continue
-            config = samples.tiny_vllm_config(
-                model_dir, max_num_seqs=256, max_num_batched_tokens=workload.budget
-            )
-            found = 0
-            trace = scheduler_trace.steps_of(
-                dataclasses.replace(workload, steps=steps), config, seed
-            )
-            for index, step in enumerate(trace):
-                tokens, context = sum(step["num_tokens"].values()), sum(step["computed"].values())
-                if tokens > max_tokens or context > max_context:
-                    continue
-                name = f"scheduler-{workload.name}-step{index}"
-                case = from_scheduler_step(name, step, "v2", num_heads=1, num_kv_heads=1)
-                if not prompt_before_context(case):
-                    continue
-                selected += [case, dataclasses.replace(case, name=f"{name}-v1", order="v1")]
-                found += 1
-                if found == per_workload:
-                    break
-    return selected
-
-
 def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
     """Why ``case`` cannot run on ``device``, or None: a non-causal case where this release's
     model-runner V2 builds causal batches only; an fp8 format that is not the GPU's own (a GPU
@@ -490,50 +439,10 @@ def unified_attention_for(device: torch.device) -> aiter_triton.UnifiedAttention
     )
 
 
-def _reference_without_kv_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 out: torch.Tensor, **kwargs: Any) -> None:  # fmt: skip
-    """The ``unified_attention`` reference handed descales of 1: a reference that drops the
-    cache's scales (the ``reference-drops-kv-scales`` mutation)."""
-    ones = {
-        name: torch.ones_like(kwargs[name])
-        for name in ("k_descale", "v_descale")
-        if kwargs.get(name) is not None
-    }
-    reference_kernels.unified_attention(q, k, v, out, **{**kwargs, **ones})
-
-
-MUTATIONS = {
-    "reference-drops-kv-scales": "the unified_attention reference ignores k_descale/v_descale",
-    "widened-fp8-caches": "AITER's kernel is handed fp8 caches widened to float32, so it skips "
-    "its descale",
-}
-"""Defects the tier must catch (``tests/test_forward_fp8.py`` runs each and expects failures);
-never set outside those tests."""
-
-
-def mutate(unified_attention: aiter_triton.UnifiedAttention | None, names: Sequence[str]) -> None:
-    unknown = sorted(set(names) - set(MUTATIONS))
-    if unknown:
-        raise ValueError(f"unknown mutations {unknown}; known: {sorted(MUTATIONS)}")
-    if unified_attention is None:
-        if names:
-            raise RuntimeError("no mutation applies where AITER's real kernels run (ROCm)")
-        return
-    if "reference-drops-kv-scales" in names:
-        unified_attention.reference = _reference_without_kv_scales
-        if not unified_attention.is_aiter:
-            unified_attention.function = _reference_without_kv_scales
-    if "widened-fp8-caches" in names:
-        unified_attention.widen_fp8_caches = True
-
-
 @contextlib.contextmanager
-def forward_environment(
-    device: torch.device, gather_budget: int | None, mutations: Sequence[str] = ()
-) -> Iterator[Runner]:
+def forward_environment(device: torch.device, gather_budget: int | None) -> Iterator[Runner]:
     runner = Runner(device, gather_budget)
     runner.unified_attention = unified_attention_for(device)
-    mutate(runner.unified_attention, mutations)
     try:
         with reference_kernels.installed(runner.unified_attention) as references:
             runner.references = references
@@ -549,13 +458,12 @@ def run(
     cases: Sequence[ForwardCase] | None = None,
     control: Sequence[str] = (),
     kinds: Sequence[str] = KINDS,
-    mutations: Sequence[str] = (),
-    graph_replay: bool = False,
+    extra: Mapping[str, Callable[[Runner], Any]] | None = None,
 ) -> dict[str, Any]:
     """Run the named cases (all by default) here with the backends ``kinds`` (plus the
     ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict.
-    ``mutations`` (:data:`MUTATIONS`) plant a defect the tier must catch; ``graph_replay`` adds
-    the CUDA-graph replay cases (:mod:`graph_replay`)."""
+    ``extra`` adds entries to the report, each computed with the same runner (the tests'
+    CUDA-graph replay cases)."""
     import vllm
 
     import vllm_rocm_aiter_plugin
@@ -566,10 +474,9 @@ def run(
     unavailable = why_unavailable(torch_device)
     if unavailable:
         return {"vllm": vllm.__version__, "unavailable": unavailable}
-    with forward_environment(torch_device, gather_budget, mutations) as runner:
+    with forward_environment(torch_device, gather_budget) as runner:
         report: dict[str, Any] = {
             "vllm": vllm.__version__,
-            "mutations": list(mutations),
             "torch": torch.__version__,
             "plugin_file": vllm_rocm_aiter_plugin.__file__,
             "device": str(torch_device),
@@ -582,11 +489,8 @@ def run(
                 for case in cases
             ],
         }
-        if graph_replay:
-            report["graph_replays"] = [
-                graph_replay_cases.run_case(runner, case, kinds)
-                for case in graph_replay_cases.REPLAY_CASES
-            ]
+        for key, produce in (extra or {}).items():
+            report[key] = produce(runner)
         report["shuffle_write_ignores_kv_scales"] = runner.shuffle_write_ignores_kv_scales
         report["references"] = runner.references
         report["unified_attention"] = (
@@ -613,18 +517,18 @@ def run_in_child(
     gather_budget: int | None = DEFAULT_GATHER_BUDGET,
     timeout: float = 1800,
     extra_env: dict[str, str] | None = None,
-    scheduler_steps: bool = False,
     control: Sequence[str] = (),
     kinds: Sequence[str] = KINDS,
     device: str = "cpu",
     cases: Sequence[ForwardCase] | None = None,
-    mutations: Sequence[str] = (),
-    graph_replay: bool = False,
+    module: str = __name__,
+    extra_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """:func:`run` in a new interpreter; on CPU started with Triton's interpreter environment.
-    ``cases`` (any, e.g. from vLLM's Scheduler) run instead of the named ones."""
-    command = [sys.executable, "-m", "vllm_rocm_aiter_plugin.diagnostics.forward.runner"]
-    command += ["--device", device, "--kinds", *kinds]
+    ``cases`` (any, e.g. from vLLM's Scheduler) run instead of the named ones. ``module`` is
+    the child's entry (one whose ``main`` parses :func:`argument_parser`'s arguments, and
+    ``extra_args``)."""
+    command = [sys.executable, "-m", module, "--device", device, "--kinds", *kinds]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as spec:
         json.dump([case.to_json() for case in cases or ()], spec)
     if cases is not None:
@@ -633,14 +537,9 @@ def run_in_child(
     command += ["--gather-budget", "all" if gather_budget is None else str(gather_budget)]
     if names is not None:
         command += ["--cases", *names]
-    if scheduler_steps:
-        command.append("--scheduler-steps")
     if control:
         command += ["--control", *control]
-    if mutations:
-        command += ["--mutate", *mutations]
-    if graph_replay:
-        command.append("--graph-replay")
+    command += extra_args
     interpreter = harness.INTERPRETER_ENV if device == "cpu" else {}
     env = {**os.environ, **interpreter, **(extra_env or {})}
     try:
@@ -656,51 +555,47 @@ def run_in_child(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES_BY_NAME))
-    parser.add_argument(
-        "--scheduler-steps",
-        action="store_true",
-        help="also run steps of vLLM's Scheduler on the serving trace's workloads",
-    )
     parser.add_argument(
         "--control",
         nargs="*",
         default=(),
         help=f"cases also run with {', '.join(CONTROLS)}",
     )
-    parser.add_argument(
-        "--graph-replay",
-        action="store_true",
-        help="also run the CUDA-graph replay cases (EAGLE decodes replayed on a capture)",
-    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--mutate", nargs="*", default=(), choices=sorted(MUTATIONS),
-                        help="plant a defect the tier must catch (its own tests)")  # fmt: skip
     parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=sorted(backends_names()))
     parser.add_argument("--gather-budget", default=str(DEFAULT_GATHER_BUDGET))
     parser.add_argument("--cases-json", metavar="PATH", help="cases as written by to_json")
     parser.add_argument("--json", metavar="PATH", help="also write the report here")
-    args = parser.parse_args(argv)
-    budget = None if args.gather_budget == "all" else int(args.gather_budget)
+    return parser
+
+
+def run_parsed(
+    args: argparse.Namespace,
+    more_cases: Sequence[ForwardCase] = (),
+    extra: Mapping[str, Callable[[Runner], Any]] | None = None,
+) -> dict[str, Any]:
+    """:func:`run` with :func:`argument_parser`'s arguments (and ``more_cases`` after the rest)."""
     cases = [CASES_BY_NAME[n] for n in args.cases] if args.cases is not None else list(CASES)
     if args.cases_json:
         with open(args.cases_json) as f:
             cases += [ForwardCase.from_json(data) for data in json.load(f)]
-    if args.scheduler_steps:
-        cases += scheduler_cases()
-    report = run(
+    return run(
         device=args.device,
-        gather_budget=budget,
-        cases=cases,
+        gather_budget=None if args.gather_budget == "all" else int(args.gather_budget),
+        cases=[*cases, *more_cases],
         control=args.control,
         kinds=args.kinds,
-        mutations=args.mutate,
-        graph_replay=args.graph_replay,
+        extra=extra,
     )
-    if args.json:
-        with open(args.json, "w") as f:
+
+
+def emit(report: dict[str, Any], json_path: str | None) -> int:
+    """Hand ``report`` to the parent (one marked line on stdout), and to ``json_path``."""
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(report, f, indent=1)
     if "unified_attention" in report:
         used = report["unified_attention"]
@@ -708,6 +603,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
     print(RESULT_MARK + json.dumps(report), flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argument_parser().parse_args(argv)
+    return emit(run_parsed(args), args.json)
 
 
 if __name__ == "__main__":

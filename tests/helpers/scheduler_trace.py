@@ -1,6 +1,6 @@
-"""vLLM's own Scheduler driving synthetic serving workloads, for the serving trace, the forward tier
-and the demo: each scheduled step's requests (cached tokens, tokens scheduled now, draft tokens,
-prompt length), with no model run.
+"""vLLM's own Scheduler driving synthetic serving workloads, for the forward tier and the serving
+trace (``benchmarks/serving_trace.py``): each scheduled step's requests (cached tokens, tokens
+scheduled now, draft tokens, prompt length), with no model run.
 
 For each workload, vLLM's ``Scheduler`` (chunked prefill, prefix caching where the workload says
 so) schedules steps over a tiny Llama config; every scheduled request then "samples" one token
@@ -9,11 +9,16 @@ once its prompt is done, so requests decode until their ``max_tokens`` and finis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase, Request
 
 BLOCK_SIZE = 16
 NUM_BLOCKS = 16384  # 262144 tokens of KV cache: enough that nothing is preempted for lack of it
@@ -68,8 +73,6 @@ def make_scheduler(config: Any, workload: Workload) -> Any:
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
-
-    from vllm_rocm_aiter_plugin.diagnostics import samples
 
     config.cache_config.enable_prefix_caching = workload.prefix_caching
     config.cache_config.num_gpu_blocks = NUM_BLOCKS  # what the engine sets after profiling
@@ -140,3 +143,70 @@ def steps_of(workload: Workload, config: Any, seed: int) -> list[dict[str, Any]]
         )
         scheduler.update_from_output(out, runner_output)
     return steps
+
+
+def from_scheduler_step(name: str, step: dict, order: str, **settings: object) -> ForwardCase:
+    """A forward case from one step of :func:`steps_of`."""
+    requests = tuple(
+        Request(
+            req_id,
+            step["computed"][req_id],
+            tokens,
+            len(step["drafts"].get(req_id, ())),
+            step["prompt_lens"][req_id],
+        )
+        for req_id, tokens in step["num_tokens"].items()
+    )
+    return ForwardCase(name, requests, order, **settings)  # type: ignore[arg-type]
+
+
+def prompt_before_context(case: ForwardCase) -> bool:
+    """Whether the case's order puts a new prompt longer than the threshold before a row with
+    context: the layout that makes a split assuming region order drop that row's context."""
+    rows = case.ordered()
+    return any(
+        not row.context_len
+        and row.query_len > case.threshold
+        and any(later.context_len for later in rows[index + 1 :])
+        for index, row in enumerate(rows)
+    )
+
+
+SCHEDULER_WORKLOADS = ("chunked-2048", "prefix-cache-heavy")
+
+
+def scheduler_cases(
+    workloads: Sequence[str] = SCHEDULER_WORKLOADS,
+    steps: int = 300,
+    per_workload: int = 1,
+    max_tokens: int = 2048,
+    max_context: int = 40000,
+    seed: int = 0,
+) -> list[ForwardCase]:
+    """Steps of vLLM's Scheduler on the serving trace's workloads whose model-runner V2 order puts
+    a new prompt before a row with context (within the size limits, so that the interpreter stays
+    quick), each in V2 order and in V1 order. One query head and one KV head."""
+    selected: list[ForwardCase] = []
+    with tempfile.TemporaryDirectory(prefix="tiny-llama-") as model_dir:
+        samples.write_tiny_llama(model_dir)
+        for workload in WORKLOADS:
+            if workload.name not in workloads:
+                continue
+            config = samples.tiny_vllm_config(
+                model_dir, max_num_seqs=256, max_num_batched_tokens=workload.budget
+            )
+            found = 0
+            trace = steps_of(dataclasses.replace(workload, steps=steps), config, seed)
+            for index, step in enumerate(trace):
+                tokens, context = sum(step["num_tokens"].values()), sum(step["computed"].values())
+                if tokens > max_tokens or context > max_context:
+                    continue
+                name = f"scheduler-{workload.name}-step{index}"
+                case = from_scheduler_step(name, step, "v2", num_heads=1, num_kv_heads=1)
+                if not prompt_before_context(case):
+                    continue
+                selected += [case, dataclasses.replace(case, name=f"{name}-v1", order="v1")]
+                found += 1
+                if found == per_workload:
+                    break
+    return selected

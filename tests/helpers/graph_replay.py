@@ -226,3 +226,8 @@ def run_case(runner: Any, case: ForwardCase, kinds: Sequence[str]) -> dict[str, 
     for kind in kinds:
         result[kind] = run_kind(runner, case, kind)
     return result
+
+
+def run_all(runner: Any, kinds: Sequence[str]) -> list[dict[str, Any]]:
+    """Every replay case with each backend of ``kinds``: the report's ``graph_replays``."""
+    return [run_case(runner, case, kinds) for case in REPLAY_CASES]
