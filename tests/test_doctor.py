@@ -21,7 +21,10 @@ from vllm_rocm_aiter_plugin import policy
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import doctor, probe
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels, runner
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_SINK_CASE
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+    DOCTOR_SHUFFLE_DECODE_CASE,
+    DOCTOR_SINK_CASE,
+)
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
 
@@ -328,6 +331,7 @@ def test_the_forward_check_runs_in_the_shuffle_layout_the_operator_set():
     assert forward["configuration"]["kv_cache_layout"] == layout
     assert forward["registered_right"] is True, forward["registered_detail"]
     assert ("eagle" in forward["registered_detail"]) is (layout == "NHD")
+    assert (f"{DOCTOR_SHUFFLE_DECODE_CASE}:" in forward["registered_detail"]) is (layout != "NHD")
     assert code == report["exit_code"] == 0
 
 

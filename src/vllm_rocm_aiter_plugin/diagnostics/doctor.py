@@ -328,13 +328,15 @@ def forward_cases(configuration: ServingConfiguration | None, device: str) -> li
     and two context chunks; an EAGLE verification step without the upper bound (its decode path
     calls AITER's ``unified_attention``); where this release's ROCM_AITER_FA takes attention
     sinks, a V2 step with sinks, whose extend path relies on how AITER counts a sink on the causal
-    new-token call. In the operator's ``configuration`` where one is given; in the shuffle
-    KV-cache layout the first step only (vLLM serves no EAGLE verification and no sinks in it)."""
+    new-token call. In the operator's ``configuration`` where one is given. In the shuffle
+    KV-cache layout, where vLLM serves no EAGLE verification and no sinks, the first step and the
+    sink step's batch without sinks: its decode takes the layout's own decode kernel."""
     from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
     from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
         CASES_BY_NAME,
         DOCTOR_CASE,
         DOCTOR_EAGLE_CASE,
+        DOCTOR_SHUFFLE_DECODE_CASE,
         DOCTOR_SINK_CASE,
     )
 
@@ -344,11 +346,15 @@ def forward_cases(configuration: ServingConfiguration | None, device: str) -> li
     ):
         configuration = dataclasses.replace(configuration, kv_cache_layout=None)  # vLLM ignores it
     if configuration.kv_cache_layout == "SHUFFLE":
-        names = [DOCTOR_CASE]
+        decode_step = dataclasses.replace(
+            CASES_BY_NAME[DOCTOR_SINK_CASE], name=DOCTOR_SHUFFLE_DECODE_CASE, sinks=()
+        )
+        steps = [CASES_BY_NAME[DOCTOR_CASE], decode_step]
     else:
         names = [DOCTOR_CASE, DOCTOR_EAGLE_CASE] + [DOCTOR_SINK_CASE] * runner.takes_sinks()
+        steps = [CASES_BY_NAME[n] for n in names]
     changes = configuration.changes(device)
-    return [dataclasses.replace(CASES_BY_NAME[n], **changes) for n in names]
+    return [dataclasses.replace(case, **changes) for case in steps]
 
 
 def check_forward(configuration: ServingConfiguration | None = None) -> Forward:

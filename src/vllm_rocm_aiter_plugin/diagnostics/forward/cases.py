@@ -591,6 +591,9 @@ DOCTOR_EAGLE_CASE = "eagle-pure-decode-no-upper-bound"
 DOCTOR_SINK_CASE = "v2-sinks"
 """The doctor's third step, where the release takes sinks: the plugin gives AITER the sink on the
 causal new-token call only, so a kernel that drops it there makes this step wrong."""
+DOCTOR_SHUFFLE_DECODE_CASE = "doctor-decode-v2"
+"""The doctor's second step in the shuffle KV-cache layout: the sink step's batch without sinks,
+whose decode takes the layout's decode kernel."""
 
 
 def configuration(case: ForwardCase) -> dict[str, Any]:
