@@ -263,6 +263,8 @@ def test_a_kernel_that_drops_the_sink_on_the_new_token_call_makes_the_doctor_say
         kinds=("stock", "registered"), cases=[sink_step],
         mutations=["reference-drops-sink-on-causal-calls"],
     )  # fmt: skip
+    if "unavailable" in report:  # a CUDA or ROCm platform: the CPU forward cannot run here
+        pytest.skip(report["unavailable"])
     forward = doctor.forward_report(report)
     assert forward.case == DOCTOR_SINK_CASE
     assert not forward.registered_right, forward.registered_detail
