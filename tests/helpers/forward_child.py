@@ -8,33 +8,37 @@ import argparse
 import functools
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.helpers import forward_mutations, graph_replay, scheduler_trace
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(
-    *,
-    graph_replays: bool = False,
-    mutations: Sequence[str] = (),
-    more_cases: Sequence[ForwardCase] = (),
-    **settings: Any,
+def _graph_replays(wanted: bool, kinds: Sequence[str]) -> dict[str, Any]:
+    """The report's ``graph_replays`` entry, computed with the runner, where ``wanted``."""
+    return {"graph_replays": functools.partial(graph_replay.run_all, kinds=kinds)} if wanted else {}
+
+
+def _with_mutations(
+    mutations: Sequence[str], produce: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
-    """:func:`runner.run` in this process, with the tests' additions."""
-    extra = {}
-    if graph_replays:
-        kinds = settings.get("kinds", runner.KINDS)
-        extra["graph_replays"] = functools.partial(graph_replay.run_all, kinds=kinds)
+    """``produce()``'s report with ``mutations`` planted around it, and named in it."""
     with forward_mutations.planted(mutations):
-        report = runner.run(**settings, extra=extra)
+        report = produce()
     report["mutations"] = list(mutations)
     return report
+
+
+def run(
+    *, graph_replays: bool = False, mutations: Sequence[str] = (), **settings: Any
+) -> dict[str, Any]:
+    """:func:`runner.run` in this process, with the tests' additions."""
+    extra = _graph_replays(graph_replays, settings.get("kinds", runner.KINDS))
+    return _with_mutations(mutations, lambda: runner.run(**settings, extra=extra))
 
 
 def run_in_child(
@@ -70,12 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="plant a defect the tier must catch")  # fmt: skip
     args = parser.parse_args(argv)
     more = scheduler_trace.scheduler_cases() if args.scheduler_steps else []
-    extra = {}
-    if args.graph_replay:
-        extra["graph_replays"] = functools.partial(graph_replay.run_all, kinds=args.kinds)
-    with forward_mutations.planted(args.mutate):
-        report = runner.run_parsed(args, more, extra)
-    report["mutations"] = list(args.mutate)
+    extra = _graph_replays(args.graph_replay, args.kinds)
+    report = _with_mutations(args.mutate, lambda: runner.run_parsed(args, more, extra))
     return runner.emit(report, args.json)
 
 
