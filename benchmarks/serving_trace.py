@@ -42,7 +42,12 @@ from tests.helpers.scheduler_trace import (
     from_scheduler_step,
     steps_of,
 )
-from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order, v2_order_source
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
+    v1_order,
+    v2_order,
+    v2_order_source,
+    why_no_v1_order,
+)
 from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
 
 FORWARD_MAX_TOKENS = 2048
@@ -65,14 +70,16 @@ def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> d
         "requests": set(), "stock_requests": set(), "plugin_requests": set(),
         "build_stock_s": 0.0, "build_plugin_s": 0.0,
     }  # fmt: skip
+    if why_no_v1_order() is not None:
+        row["v1_stock_steps"] = None  # no V1 runner on this vLLM: no V1 order to count
     batches = []
     for step in steps:
         num_tokens, computed = step["num_tokens"], step["computed"]
         row["requests"].update(num_tokens)
-        for order, key in (
-            (v2_order(num_tokens, step["drafts"], threshold), ""),
-            (v1_order(num_tokens, computed, step["prompt_lens"], threshold), "v1_"),
-        ):
+        orders = [(v2_order(num_tokens, step["drafts"], threshold), "")]
+        if why_no_v1_order() is None:  # a release with the V1 runner: its order beside V2's
+            orders.append((v1_order(num_tokens, computed, step["prompt_lens"], threshold), "v1_"))
+        for order, key in orders:
             query = [num_tokens[r] for r in order]
             seq = [computed[r] + num_tokens[r] for r in order]
             batch = samples.make_batch(query, seq)
@@ -145,7 +152,7 @@ def forward_view(cases: list[dict[str, Any]]) -> dict[str, Any]:
             wrong += sum(1 for r in result["rows"] if r["nan"] or r["error"] > case["tolerance"])
             nan += sum(1 for r in result["rows"] if r["nan"])
         view.update({f"{kind}_wrong": wrong, f"{kind}_nan": nan, "forward_requests": requests})
-    view["v1_stock_chunks"] = [c["v1_stock_chunks"] for c in cases]
+    view["v1_stock_chunks"] = [c.get("v1_stock_chunks") for c in cases]
     view["plugin_chunks"] = [c["plugin"].get("chunks") for c in cases]
     return view
 

@@ -7,6 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
+def _or_na(value: object) -> str:
+    return "n/a (no V1 runner)" if value is None else str(value)
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
@@ -26,7 +30,7 @@ def trace_table(rows: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -
         lines.append(
             f"| {r['workload']} | {r['steps']} | {r['mixed_steps']} "
             f"| {r['stock_steps']} ({_pct(r['stock_steps'], r['mixed_steps'])}) "
-            f"| {r['plugin_steps']} | {r['v1_stock_steps']} | {r['requests']} "
+            f"| {r['plugin_steps']} | {_or_na(r['v1_stock_steps'])} | {r['requests']} "
             f"| {r['stock_requests']} ({_pct(r['stock_requests'], r['requests'])}) "
             f"| {r['plugin_requests']} | {r['build_stock_s']:.3f} | {r['build_plugin_s']:.3f} "
             f"| {r['build_stock_s'] / r['build_plugin_s']:.1f}x |"

@@ -2,8 +2,9 @@
 
 Run by ``bash scripts/nox -s upstream`` (an environment with the newest tested vLLM wheel):
 
-1. fetch vLLM's source distribution of that release from the package index (checked against its
-   sha256) and lay out a tree: the installed wheel's ``vllm/`` and the sdist's ``tests/``;
+1. fetch vLLM's source distribution of that release from the package index pip is configured
+   with (checked against its sha256) and lay out a tree: the installed wheel's ``vllm/`` and the
+   sdist's ``tests/``;
 2. apply the patch there with ``git apply`` (it must apply cleanly) and run vLLM's attention tests
    that run on CPU (``tests/v1/attention/``: every test that passes on the unpatched tree) on both
    trees: the patched tree must pass them all, the new regression tests included;
@@ -31,8 +32,10 @@ import junit_summary  # scripts/ is on sys.path when this file runs as a script
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "upstream")
 PATCHES = os.path.join(ROOT, "docs", "upstream")
-SDIST_SHA256 = {"0.33.0": "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"}
-INDEX = os.environ.get("VLLM_SDIST_INDEX", "https://pypi.org/simple/vllm/")
+SDIST_SHA256 = {
+    "0.33.0": "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+    "0.34.0": "fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113",
+}
 CPU_PLUGIN = os.path.join(ROOT, "scripts", "vllm_tests_on_cpu.py")
 
 
@@ -41,18 +44,37 @@ def say(step: str, ok: bool, detail: str) -> bool:
     return ok
 
 
+def index_page(project: str = "vllm") -> str:
+    """``project``'s page on the package index pip is configured with (``pip config``: the
+    ``index-url`` of any scope, ``PIP_INDEX_URL`` included), else on pip's own default index."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout
+    index = None
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.split(".")[-1] == "index-url":
+            index = value.strip().strip("'\"")
+    if index is None:
+        from pip._internal.models.index import PyPI
+
+        index = PyPI.simple_url
+    return index.rstrip("/") + f"/{project}/"
+
+
 def fetch_sdist(version: str) -> str:
     path = os.path.join(WORK, f"vllm-{version}.tar.gz")
     expected = SDIST_SHA256[version]
     if not os.path.exists(path) or _sha256(path) != expected:
-        with urllib.request.urlopen(INDEX, timeout=120) as page:
+        index = index_page()
+        with urllib.request.urlopen(index, timeout=120) as page:
             html = page.read().decode()
         match = re.search(rf'href="([^"]*vllm-{re.escape(version)}\.tar\.gz)[^"]*"', html)
         if match is None:
-            raise RuntimeError(f"no vllm-{version}.tar.gz on {INDEX}")
+            raise RuntimeError(f"no vllm-{version}.tar.gz on {index}")
         url = match.group(1)
         if url.startswith("/") or not url.startswith("http"):
-            url = urllib.request.urljoin(INDEX, url)
+            url = urllib.request.urljoin(index, url)
         with urllib.request.urlopen(url, timeout=600) as response, open(path, "wb") as f:
             shutil.copyfileobj(response, f)
     if _sha256(path) != expected:

@@ -40,6 +40,7 @@ READERS_SEE_STOCK = (
     MI300X_CHILD
     + """
 import dataclasses, importlib, os
+from tests.helpers.vllm_releases import compile_identity
 from vllm_rocm_aiter_plugin import register
 
 register()  # what vLLM's general-plugin loader runs in every process
@@ -60,13 +61,13 @@ for name in NAMES:
         continue
     os.environ[ENV_VAR] = name  # read at selection, as in a vLLM process that inherits it
     config = samples.tiny_vllm_config()
-    before = config.attention_config.compute_hash()
+    before = compile_identity(config.attention_config)
     with set_current_vllm_config(config):
         # vLLM's selector passes the configured backend (None: no --attention-backend)
         selected = AiterRocmPlatform.get_attn_backend_cls(
             config.attention_config.backend, selector)
         result = {"selected": selected,
-                  "unchanged": before == config.attention_config.compute_hash(),
+                  "unchanged": before == compile_identity(config.attention_config),
                   "backend": repr(config.attention_config.backend)}
         if not isinstance(model, str):
             result["dsv4"] = dsv4(config)

@@ -182,9 +182,10 @@ def test_the_log_says_what_the_layer_got(scenarios, machine):
 @pytest.mark.parametrize("machine", SCENARIO_MACHINES, ids=SCENARIO_IDS)
 def test_a_speculative_draft_follows_the_same_rule(scenarios, machine):
     """Item 5, decided: the variable reaches a draft model's layers as it reaches the target's
-    (vLLM's own ``_create_draft_vllm_config`` gives the draft no backend unless the speculative
-    config names one), under the same rule; a backend the speculative config names wins, with
-    a WARNING. ``--attention-backend`` never reaches the draft, with or without the plugin."""
+    (vLLM's own draft config, ``_create_draft_vllm_config`` up to 0.33.0 and
+    ``SpeculativeConfig.apply_draft_overrides`` from 0.34.0, gives the draft no backend of its
+    own unless the speculative config names one), under the same rule; a backend the
+    speculative config names wins, with a WARNING."""
     facts = scenarios[machine]
     unnamed, named = facts["draft"]["unnamed"], facts["draft"]["ROCM_ATTN"]
     assert unnamed["config_backend"] is None

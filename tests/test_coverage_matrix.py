@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import vllm
 
+from tests.helpers import vllm_releases
 from tests.helpers.subprocess_util import check_generated
 from vllm_rocm_aiter_plugin import releases
+from vllm_rocm_aiter_plugin.diagnostics import model_runner
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
 
 pytestmark = [pytest.mark.cpu, pytest.mark.subprocess]
@@ -35,3 +37,18 @@ def test_the_sinks_fact_holds_on_the_installed_release():
     if vllm.__version__ not in releases.CI:
         pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
     assert (vllm.__version__ in releases.SINKS) == runner.takes_sinks()
+
+
+def test_the_sink_counted_once_fact_holds_on_the_installed_release():
+    """vLLM's own extend path, run: it counts a sink once exactly on the releases read so."""
+    if vllm.__version__ not in releases.CI:
+        pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
+    counted_once = vllm.__version__ in releases.SINK_COUNTED_ONCE_UPSTREAM
+    assert vllm_releases.installed_counts_sink_once() == counted_once
+
+
+def test_the_v1_runner_fact_holds_on_the_installed_release():
+    if vllm.__version__ not in releases.CI:
+        pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the fact covers those only")
+    removed = vllm.__version__ in releases.V1_RUNNER_REMOVED
+    assert (model_runner.why_no_v1_order() is not None) == removed

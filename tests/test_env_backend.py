@@ -12,6 +12,7 @@ import logging
 import pytest
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
+from tests.helpers import vllm_releases
 from vllm_rocm_aiter_plugin import env_backend
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.env_backend import (
@@ -85,11 +86,11 @@ def _select(selected, environ, select=None, offer=EVERYTHING):
 
 
 def test_selects_the_named_backend_where_vllm_passes_none(config, caplog_vllm):
-    before = config.attention_config.compute_hash()
+    before = vllm_releases.compile_identity(config.attention_config)
     path = _select(None, {ENV_VAR: "ROCM_AITER_FA"})
     assert path == AttentionBackendEnum.ROCM_AITER_FA.get_path()
     assert config.attention_config.backend is None
-    assert config.attention_config.compute_hash() == before
+    assert vllm_releases.compile_identity(config.attention_config) == before
     assert _warnings(caplog_vllm) == []
     (info,) = _lines(caplog_vllm, logging.INFO)
     assert "ROCM_AITER_FA selected by VLLM_ATTENTION_BACKEND" in info

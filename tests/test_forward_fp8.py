@@ -31,8 +31,7 @@ def report() -> dict:
     return forward_background.report_or_skip()
 
 
-def _case(report: dict, name: str) -> dict:
-    return next(c for c in report["cases"] if c["case"] == name)
+_case = forward_checks.case_of
 
 
 def test_fp8_cases_cover_both_formats_both_orders_and_scales_that_are_not_1():

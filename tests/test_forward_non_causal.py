@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import forward_background
+from tests.helpers import forward_background, forward_checks
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
@@ -27,8 +27,7 @@ def _case(report: dict, name: str) -> dict:
     case = next(c for c in report["cases"] if c["case"] == name)
     if "not_applicable" in case:
         assert not runner.builds_non_causal_batches()
-        pytest.skip(case["not_applicable"])
-    return case
+    return forward_checks.case_of(report, name)
 
 
 def test_there_is_a_v2_non_causal_case_with_a_new_prompt_before_a_row_with_context():

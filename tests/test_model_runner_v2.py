@@ -22,6 +22,7 @@ from tests.helpers.model_runner_v2 import (
     Step,
     attention_group,
     build_through_v2,
+    needs_v1_order,
     v2_steps,
 )
 from tests.helpers.oracle import oracle_split, rows_attending_wrongly
@@ -160,6 +161,7 @@ def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(grou
         assert 1 <= own_chunks.num_chunks <= vllm_chunks.num_chunks
 
 
+@needs_v1_order
 @examples(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8), max_context=40000))
 def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(groups, step: Step):
@@ -183,6 +185,7 @@ def _num_chunks(meta: AiterFlashAttentionMetadata) -> int:
     )
 
 
+@needs_v1_order
 @examples(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
 def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step):

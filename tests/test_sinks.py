@@ -170,6 +170,52 @@ def test_the_plugins_ops_pass_the_sink_to_the_new_token_call_only():
         assert not torch.allclose(lse_with_sink, lse_without)
 
 
+def _extend_forward_with_a_sink_on_every_call(self, attn_metadata, query, output):
+    """Stands for vLLM 0.20.0-0.33.0: the new-token call and each context chunk's carry it."""
+    chunks = attn_metadata.extend_metadata.chunk_context_metadata
+    rocm_aiter_ops.flash_attn_varlen_func(q=query, return_lse=True, sink_ptr=self.sinks)
+    for _ in range(chunks.num_chunks):
+        cp_mha_gather_cache()
+        rocm_aiter_ops.flash_attn_varlen_func(q=query, return_lse=True, sink_ptr=self.sinks)
+        merge_attn_states()
+
+
+def _extend_forward_with_the_sink_once(self, attn_metadata, query, output):
+    """Stands for vLLM 0.34.0: the context chunks' calls pass ``sink_ptr=None``."""
+    chunks = attn_metadata.extend_metadata.chunk_context_metadata
+    rocm_aiter_ops.flash_attn_varlen_func(q=query, return_lse=True, sink_ptr=self.sinks)
+    for _ in range(chunks.num_chunks):
+        cp_mha_gather_cache()
+        rocm_aiter_ops.flash_attn_varlen_func(q=query, return_lse=True, sink_ptr=None)
+        merge_attn_states()
+
+
+def _extend_forward_with_other_arguments(self, attn_metadata, prefix_tokens):
+    rocm_aiter_ops.flash_attn_varlen_func(sink_ptr=self.sinks)
+    cp_mha_gather_cache()
+    merge_attn_states()
+
+
+# The globals those stand-ins read, as vLLM's module has them (the probe replaces all three)
+rocm_aiter_ops = cp_mha_gather_cache = merge_attn_states = None
+
+
+def test_the_probe_tells_a_sink_counted_once_from_one_counted_per_call():
+    """``vllm_counts_sink_once`` runs an extend path's code and counts the calls that carry the
+    sink: once (vLLM 0.34.0) or once per call (0.20.0-0.33.0); None where that code cannot be run
+    on its two-chunk batch (the plugin then keeps its change, right either way)."""
+    assert impl.vllm_counts_sink_once(_extend_forward_with_the_sink_once) is True
+    assert impl.vllm_counts_sink_once(_extend_forward_with_a_sink_on_every_call) is False
+    assert impl.vllm_counts_sink_once(_extend_forward_with_other_arguments) is None
+
+
+def test_the_probe_agrees_with_the_installed_vllms_code():
+    """On the installed vLLM: the probe's answer is a definite one (its code runs that way)."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
+
+    assert impl.vllm_counts_sink_once(AiterFlashAttentionImpl.extend_forward) in (True, False)
+
+
 def _extend_forward_without_the_ops_global(self, attn_metadata):
     """Stands for a release whose extend path calls AITER other than through the global."""
     return attn_metadata

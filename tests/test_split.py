@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from vllm.v1.attention.backends import utils as stock_utils
 
 from tests.helpers.batches import BatchSpec, mixed_batches, reordered_batches
-from tests.helpers.model_runner_v2 import Step, v2_steps
+from tests.helpers.model_runner_v2 import ORDERS, Step, v2_steps
 from tests.helpers.oracle import oracle_split
 from vllm_rocm_aiter_plugin import split as split_module
 from vllm_rocm_aiter_plugin.diagnostics import samples
@@ -423,12 +423,13 @@ def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
 
 @needs_upper_bound_field
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(step=v2_steps(max_requests=40), order=st.sampled_from(["v2", "v1"]))
+@given(step=v2_steps(max_requests=40), order=st.sampled_from(ORDERS))
 def test_non_causal_batches_get_stocks_regions_in_any_order(step: Step, order: str):
     """vLLM 0.33 builds non-causal decoder batches (``causal=False``). The extend path runs
     causally whatever the batch says, so moving a context-free row there would make it wrong
     where stock's prefill kernel is right, and a row with context gains nothing: the plugin
-    gives stock's regions, in model-runner V2 order and in V1 order."""
+    gives stock's regions, in model-runner V2 order and in V1 order (where the installed vLLM
+    has the V1 runner: ``ORDERS``)."""
     import dataclasses
 
     ordered = step.v2_ordered() if order == "v2" else step.v1_ordered()

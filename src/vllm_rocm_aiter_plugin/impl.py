@@ -29,6 +29,7 @@ only), so the one probe, a tiny merge and a host read, happens in eager mode.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,7 @@ from vllm_rocm_aiter_plugin.rebind import loads_global, with_globals
 
 MERGE_GLOBAL_NAME = "merge_attn_states"
 OPS_GLOBAL_NAME = "rocm_aiter_ops"
+GATHER_GLOBAL_NAME = "cp_mha_gather_cache"
 
 _probe_lock = threading.Lock()
 _probed: dict[tuple[str, torch.dtype, int, Callable[..., Any]], bool] = {}
@@ -133,6 +135,70 @@ def sink_in_new_token_call_only(ops: type[Any]) -> type[Any]:
     })  # fmt: skip
 
 
+class _SinkCallRecorder:
+    """Stands in for ``rocm_aiter_ops`` in :func:`vllm_counts_sink_once`'s run of vLLM's code:
+    records which ``flash_attn_varlen_func`` calls carry a sink, and computes nothing."""
+
+    sink_calls: list[bool]
+
+    @classmethod
+    def flash_attn_varlen_func(cls, **kwargs: Any) -> Any:
+        cls.sink_calls.append(kwargs.get("sink_ptr") is not None)
+        query = kwargs["q"]
+        lse = torch.zeros(query.shape[1], query.shape[0])
+        return (torch.zeros_like(query), lse) if kwargs.get("return_lse") else None
+
+    @staticmethod
+    def is_shuffle_kv_cache_enabled() -> bool:
+        return False
+
+
+@functools.cache
+def vllm_counts_sink_once(extend_forward: Callable[..., Any]) -> bool | None:
+    """Whether vLLM's own ``extend_forward`` passes a layer's sink to one AITER call only (vLLM
+    0.34.0: its context-chunk calls pass ``sink_ptr=None``), found by running that code on a
+    two-chunk extend region of one tiny request with ``rocm_aiter_ops`` recording the calls
+    (the gather and the merges do nothing). None where vLLM's code could not be run that way:
+    the plugin then passes the sink to the new-token call only, which is right either way."""
+    from types import SimpleNamespace
+
+    recorder: type[_SinkCallRecorder] = type("Recorder", (_SinkCallRecorder,), {"sink_calls": []})
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    query = torch.zeros(2, 1, 8)
+    lens = torch.tensor([0, 1], dtype=torch.int32)
+    chunks = SimpleNamespace(
+        num_chunks=2, workspace=torch.zeros(2, 2, 1, 8), cu_seq_lens_chunk=[lens, lens],
+        max_seq_lens=[1, 1], chunk_starts=[lens[:1], lens[1:]], token_to_batch=[lens, lens],
+        total_token_per_batch=[1, 1], seq_tot=[1, 1],
+    )  # fmt: skip
+    known = {
+        "attn_metadata": SimpleNamespace(
+            extend_metadata=SimpleNamespace(chunk_context_metadata=chunks)
+        ),
+        "query": query, "key": query, "value": query, "key_cache": query, "value_cache": query,
+        "output": torch.zeros_like(query), "cu_seqlens_q": torch.tensor([0, 2]),
+        "max_seqlen_q": 2, "min_seqlen_q": 1, "max_seqlen_k": 2, "block_table": lens[None],
+        "slot_mapping": lens, "k_scale": torch.ones(()), "v_scale": torch.ones(()),
+    }  # fmt: skip
+    layer = SimpleNamespace(
+        sinks=torch.zeros(1), sliding_window=(-1, -1), scale=1.0, alibi_slopes=None,
+        kv_cache_dtype="auto", num_heads=1, num_kv_heads=1, head_size=8,
+    )  # fmt: skip
+    try:
+        params = list(inspect.signature(extend_forward).parameters)[1:]
+        run = with_globals(
+            extend_forward,
+            {OPS_GLOBAL_NAME: recorder, MERGE_GLOBAL_NAME: nothing, GATHER_GLOBAL_NAME: nothing},
+        )
+        run(layer, **{name: known[name] for name in params})
+    except Exception:  # another release's code: not known, never a stopped start
+        return None
+    return recorder.sink_calls.count(True) == 1 and len(recorder.sink_calls) == 3
+
+
 @functools.cache
 def _rebound(
     extend_forward: Callable[..., Any], guard_merge: bool, sink_once: bool
@@ -179,7 +245,12 @@ class PluginAiterFlashAttentionImpl(AiterFlashAttentionImpl):
                 merge, query.device, query.dtype, self.head_size
             )
         sinks = getattr(self, "sinks", None)  # releases before sink support have no attribute
-        sink_once = chunks > 0 and sinks is not None and self.sliding_window[0] == -1
+        sink_once = (
+            chunks > 0
+            and sinks is not None
+            and self.sliding_window[0] == -1
+            and not vllm_counts_sink_once(function)  # 0.34.0 does it itself: steps aside
+        )
         if guard_merge or sink_once:
             return _rebound(function, guard_merge, sink_once)(self, attn_metadata, *args, **kwargs)
         return vllm_extend_forward(attn_metadata, *args, **kwargs)

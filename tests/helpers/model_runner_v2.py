@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 from vllm.v1.attention.backend import CommonAttentionMetadata
 
@@ -22,7 +23,13 @@ from vllm_rocm_aiter_plugin.diagnostics.model_runner import (  # noqa: F401 (re-
     v1_order,
     v2_order,
     v2_order_source,
+    why_no_v1_order,
 )
+
+needs_v1_order = pytest.mark.skipif(why_no_v1_order() is not None, reason=str(why_no_v1_order()))
+"""For tests of V1-ordered steps: skipped, saying why, on a vLLM without the V1 runner."""
+ORDERS = ("v2", "v1") if why_no_v1_order() is None else ("v2",)
+"""The runner orders the installed vLLM lays steps out in (V1's only where it has that runner)."""
 
 
 def has_vllm_sort() -> bool:

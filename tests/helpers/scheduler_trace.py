@@ -136,10 +136,12 @@ def steps_of(workload: Workload, config: Any, seed: int) -> list[dict[str, Any]]
             [7] if computed[r] + out.num_scheduled_tokens[r] >= prompt_lens[r] else []
             for r in req_ids
         ]
+        fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+        index = {r: i for i, r in enumerate(req_ids)}  # a field up to 0.33.0; 0.34.0 derives it
         runner_output = ModelRunnerOutput(
             req_ids=req_ids,
-            req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=sampled,
+            **({"req_id_to_index": index} if "req_id_to_index" in fields else {}),
         )
         scheduler.update_from_output(out, runner_output)
     return steps

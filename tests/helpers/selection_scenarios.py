@@ -43,7 +43,6 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
     from vllm.platforms.rocm import RocmPlatform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import get_attn_backend
-    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     from tests.helpers.doctor_answers import healthy_in_process_checks
     from vllm_rocm_aiter_plugin import env_backend
@@ -128,10 +127,9 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
         target_model_config=target.model_config, target_parallel_config=target.parallel_config,
         attention_backend=AttentionBackendEnum.ROCM_ATTN,
     )  # fmt: skip
-    found["draft"] = {}
+    found["draft"] = {"made_by": draft_vllm_config_source(target.speculative_config)}
     for label, speculative in drafts.items():
-        proposer = types.SimpleNamespace(speculative_config=speculative, vllm_config=target)
-        draft = SpecDecodeBaseProposer._create_draft_vllm_config(proposer)  # type: ignore[arg-type]
+        draft = draft_vllm_config(speculative, target)
         env_backend._said.clear()
         handler.lines.clear()
         with set_current_vllm_config(draft):
@@ -142,3 +140,22 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
             "lines": list(handler.lines),
         }  # fmt: skip
     return found
+
+
+def draft_vllm_config(speculative: Any, target: Any) -> Any:
+    """The draft model's ``VllmConfig`` as the installed vLLM makes it: the speculative config's
+    own ``apply_draft_overrides`` (0.34.0: model-runner V2's speculators), else the V1 proposer's
+    ``_create_draft_vllm_config`` (0.23.0-0.33.0)."""
+    apply = getattr(speculative, "apply_draft_overrides", None)
+    if apply is not None:
+        return apply(target)
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    proposer = types.SimpleNamespace(speculative_config=speculative, vllm_config=target)
+    return SpecDecodeBaseProposer._create_draft_vllm_config(proposer)  # type: ignore[arg-type]
+
+
+def draft_vllm_config_source(speculative: Any) -> str:
+    if hasattr(speculative, "apply_draft_overrides"):
+        return "SpeculativeConfig.apply_draft_overrides"
+    return "SpecDecodeBaseProposer._create_draft_vllm_config"

@@ -52,6 +52,26 @@ def installed_merge_makes_nan_of_empty_states() -> bool | None:
     return None
 
 
+def compile_identity(config: object) -> object:
+    """What vLLM's compile cache keys a config by: ``compute_hash()`` up to 0.33.0,
+    ``compile_factors()`` from 0.34.0 (which removed ``compute_hash``)."""
+    for name in ("compute_hash", "compile_factors"):
+        method = getattr(config, name, None)
+        if method is not None:
+            return repr(method())
+    raise AttributeError(f"{type(config).__name__} has neither compute_hash nor compile_factors")
+
+
+def installed_counts_sink_once() -> bool:
+    """Whether the installed vLLM's own ``extend_forward`` passes a layer's sink to one AITER call
+    only (0.34.0), found by running that code (``impl.vllm_counts_sink_once``)."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
+
+    from vllm_rocm_aiter_plugin.impl import vllm_counts_sink_once
+
+    return vllm_counts_sink_once(AiterFlashAttentionImpl.extend_forward) is True
+
+
 def _stock_split_raises_on_eagle_decode() -> bool:
     """EAGLE's pure-decode metadata as model-runner V2 builds it: no upper bound."""
     try:

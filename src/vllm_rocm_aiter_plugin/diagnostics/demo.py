@@ -8,8 +8,10 @@
    vLLM's real ROCM_AITER_FA forward, every request's output against plain attention over its
    whole context.
 3. NaN from empty context chunks: an EAGLE step in vLLM's own V1 order whose 2-token new prompt
-   lands in an extend region of two context chunks, through the same forward. On a release whose
-   merge keeps two empty chunks finite, the section says that bug 3 does not apply there.
+   lands in an extend region of two context chunks, through the same forward; on a release
+   without the V1 runner (0.34.0), a model-runner V2 step whose new prompt the plugin's split
+   puts in such a region. On a release whose merge keeps two empty chunks finite, the section
+   says that bug 3 does not apply there.
 Exit 0 when ROCM_AITER_FA resolves to the plugin and it is right on all three.
 
 vLLM's own log records are held back while the report prints; before the verdict, which is the
@@ -24,7 +26,9 @@ from typing import Any, TextIO
 from vllm_rocm_aiter_plugin.diagnostics import vllm_log
 
 BUG_3_CASE = "v1-eagle-short-prompt-multi-chunk"
-"""The forward case of section 3 (``diagnostics/forward/cases.py``)."""
+BUG_3_V2_CASE = "multi-chunk-v2"
+"""The forward cases of section 3 (``diagnostics/forward/cases.py``): in V1 order, and in V2
+order where the installed vLLM has no V1 runner."""
 
 
 def _counts(meta: Any) -> str:
@@ -137,14 +141,18 @@ def _attention_output(out: TextIO) -> bool:
     import torch
 
     from vllm_rocm_aiter_plugin.diagnostics.forward import kernels_ran, runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES_BY_NAME
+    from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
 
+    no_v1 = why_no_v1_order()
+    bug_3 = CASES_BY_NAME[BUG_3_V2_CASE if no_v1 else BUG_3_CASE]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"\n   Attention output, vLLM's real ROCM_AITER_FA forward on {device} (largest "
           "|output - reference| per request; the reference attends to the whole context):",
           file=out)  # fmt: skip
     try:
         report = runner.run_in_child(
-            ["v2-example", BUG_3_CASE], kinds=("stock", "registered"), device=device
+            ["v2-example", bug_3.name], kinds=("stock", "registered"), device=device
         )
     except Exception as exc:
         print(f"   could not run: {type(exc).__name__}: {str(exc)[-300:]}", file=out)
@@ -158,10 +166,16 @@ def _attention_output(out: TextIO) -> bool:
 
     rows = bug_3_case["stock"].get("rows", [])
     steps = ", ".join(f"{r['query']} new + {r['context']} cached" for r in rows)
-    print("\n3. NaN from empty context chunks. An EAGLE step (3 speculative tokens, threshold 4) "
-          f"in vLLM's own V1 order: {steps}. The 2-token new prompt lands in an extend region "
-          f"of {bug_3_case['stock'].get('chunks', '?')} context chunks, where it has no context "
-          "to read.", file=out)  # fmt: skip
+    if no_v1:
+        print(f"\n3. NaN from empty context chunks. {no_v1[0].upper()}{no_v1[1:]}. A model-runner "
+              f"V2 step (threshold 1): {steps}. The plugin's split puts the new prompt in an "
+              f"extend region of {bug_3_case['registered'].get('chunks', '?')} context chunks, "
+              "where it has no context to read.", file=out)  # fmt: skip
+    else:
+        print("\n3. NaN from empty context chunks. An EAGLE step (3 speculative tokens, threshold "
+              f"4) in vLLM's own V1 order: {steps}. The 2-token new prompt lands in an extend "
+              f"region of {bug_3_case['stock'].get('chunks', '?')} context chunks, where it has no "
+              "context to read.", file=out)  # fmt: skip
     if not report["merge_makes_nan_of_empty_states"]:
         print(f"  Bug 3 does not apply to vLLM {report['vllm']}: its merge keeps two empty "
               "chunks finite.", file=out)  # fmt: skip

@@ -109,6 +109,9 @@ class Forward:
     stock_wrong_requests: list[str]
     chunks: int | None
     v1_stock_chunks: int | str | None
+    v1_order_absent: str | None = None  # why V1 order does not apply (no V1 runner), or None
+    takes_sinks: bool = False
+    vllm_counts_sink_once: bool | None = None  # vLLM's own extend path, run (0.34.0: True)
     unified_attention: str = ""
     configuration: dict[str, Any] = field(default_factory=dict)  # what the forward ran in
 
@@ -416,6 +419,9 @@ def forward_report(report: dict[str, Any]) -> Forward:
         stock_wrong_requests=wrong(case["stock"], case["tolerance"]),
         chunks=registered.get("chunks"),
         v1_stock_chunks=case.get("v1_stock_chunks"),
+        v1_order_absent=report.get("v1_order_absent"),
+        takes_sinks=bool(report.get("takes_sinks")),
+        vllm_counts_sink_once=report.get("vllm_counts_sink_once"),
         unified_attention=kernels_ran.unified_attention_line(report),
         configuration=case.get("configuration", {}),
     )
@@ -693,9 +699,14 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
         if f.configuration:
             rows.append(("  served in", configuration_line(f.configuration)))
         rows.append(("  stock's backend", f"{len(f.stock_wrong_requests)} requests wrong"))
+        compared = (
+            "vLLM has no V1 runner to compare with"
+            if f.v1_order_absent
+            else f"vLLM, in its own V1 order: {_fmt(f.v1_stock_chunks)}"
+        )
         chunks = (
-            f"{_fmt(f.chunks)} (vLLM, in its own V1 order: {_fmt(f.v1_stock_chunks)}). Each pass "
-            "reads a slice of every request's cached context: fewer passes, a faster step"
+            f"{_fmt(f.chunks)} ({compared}). Each pass reads a slice of every request's cached "
+            "context: fewer passes, a faster step"
         )
         rows.append(("  passes over cached context", chunks))
         merge = (
@@ -704,7 +715,29 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
             else "vLLM's merge keeps them finite on this vLLM"
         )
         rows.append(("  two empty context chunks", merge))
+        rows.append(("  attention sinks", sinks_line(f)))
     return rows
+
+
+def sinks_line(forward: Forward) -> str:
+    """What the plugin does with a layer's attention sinks on this vLLM, from vLLM's own extend
+    path as the forward child ran it."""
+    if not forward.takes_sinks:
+        return "this vLLM's ROCM_AITER_FA takes none"
+    if forward.vllm_counts_sink_once:
+        return (
+            "vLLM's extend path counts a sink once itself (fixed upstream in 0.34.0): the "
+            "plugin leaves it as it is"
+        )
+    if forward.vllm_counts_sink_once is None:
+        return (
+            "could not be read off vLLM's extend path: the plugin passes the sink to the "
+            "new-token call only, which counts it once either way"
+        )
+    return (
+        "vLLM's extend path counts a sink once per call; the plugin passes it to the new-token "
+        "call only, so it counts once"
+    )
 
 
 def configuration_line(configuration: dict[str, Any]) -> str:

@@ -4,7 +4,8 @@
   ``sort_batch_req_ids`` (0.26.0 onwards), else the sort of ``GPUModelRunner.prepare_inputs``
   (0.20.0-0.25.1: query length alone, a stable sort).
 - ``v1_order``: the V1 runner's ``reorder_batch_to_split_decodes_and_prefills``, run on a request
-  table holding the three arrays and the swap that function uses of vLLM's ``InputBatch``.
+  table holding the three arrays and the swap that function uses of vLLM's ``InputBatch``; where
+  the installed vLLM has no V1 runner (0.34.0 removed it), :func:`why_no_v1_order` says so.
 - ``attention_group`` / ``build_through_v2``: vLLM's ``AttentionGroup`` creating the backend's
   builder, and ``vllm.v1.worker.gpu.attn_utils.build_attn_metadata``, the call model-runner V2 and
   its EAGLE speculator make, with only the keyword arguments the installed release accepts.
@@ -79,6 +80,26 @@ class ScheduledTokens:
     num_scheduled_tokens: Mapping[str, int]
 
 
+V1_REORDER_NAME = "reorder_batch_to_split_decodes_and_prefills"
+
+
+def _v1_reorder() -> Any:
+    from vllm.v1.attention.backends import utils
+
+    return getattr(utils, V1_REORDER_NAME, None)
+
+
+def why_no_v1_order() -> str | None:
+    """Why V1-order steps do not apply to the installed vLLM (no V1 model runner), or None."""
+    if _v1_reorder() is not None:
+        return None
+    return (
+        f"this vLLM has no V1 model runner (vllm.v1.attention.backends.utils has no "
+        f"{V1_REORDER_NAME}; vLLM 0.34.0 removed both): model-runner V2 lays out every step, so "
+        "V1-order steps do not occur"
+    )
+
+
 def v1_order(
     num_tokens_per_req: Mapping[str, int],
     computed: Mapping[str, int],
@@ -88,13 +109,14 @@ def v1_order(
 ) -> list[str]:
     """Request ids in the order the V1 runner gives them after vLLM's reorder (starting from the
     scheduler's order, as the runner's persistent batch does for new requests)."""
-    from vllm.v1.attention.backends.utils import reorder_batch_to_split_decodes_and_prefills
-
+    reorder = _v1_reorder()
+    if reorder is None:
+        raise LookupError(why_no_v1_order())
     req_ids = list(num_tokens_per_req)
     table = RequestTable(req_ids, [computed[r] for r in req_ids], [prompt_lens[r] for r in req_ids])
     output = scheduler_output or ScheduledTokens(num_tokens_per_req)
     # The table and the scheduler output hold exactly what the reorder reads (see the classes).
-    reorder_batch_to_split_decodes_and_prefills(table, output, decode_threshold)  # type: ignore[arg-type]
+    reorder(table, output, decode_threshold)
     return table.req_ids
 
 

@@ -7,6 +7,8 @@ runs in the current process: on CPU start it with ``harness.INTERPRETER_ENV``
 context chunks, which body the plugin's builder ran, and per request its region, largest error and
 whether its output has NaN or inf; or the exception the build or forward raised. Cases in V2
 order also report how many context chunks stock's builder makes for the same requests in V1 order.
+Where the installed vLLM has no V1 runner, V1-order cases are absent from the report and
+``v1_order_absent`` says why, once.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     dense_reference,
     lay_out,
 )
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
 from vllm_rocm_aiter_plugin.diagnostics.probe import run_process
 
 DEFAULT_GATHER_BUDGET = 2048
@@ -321,7 +324,7 @@ class Runner:
         }
         for kind in kinds:
             result[kind] = self.run_kind(case, kind, step)
-        if case.order == "v2":
+        if case.order == "v2" and why_no_v1_order() is None:
             v1 = lay_out(case, case.ordered("v1"), self.device, seed)
             try:
                 result["v1_stock_chunks"] = chunks_of(self.build(case, "stock", v1)[2])
@@ -376,6 +379,15 @@ def takes_sinks() -> bool:
 
     supports_sink = getattr(AiterFlashAttentionBackend, "supports_sink", None)
     return bool(supports_sink and supports_sink())
+
+
+def vllm_counts_sink_once_here() -> bool | None:
+    """Whether this release's own ``extend_forward`` counts a sink once (``impl``'s run of it)."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
+
+    from vllm_rocm_aiter_plugin.impl import vllm_counts_sink_once
+
+    return vllm_counts_sink_once(AiterFlashAttentionImpl.extend_forward)
 
 
 def builds_non_causal_batches() -> bool:
@@ -470,6 +482,9 @@ def run(
 
     if cases is None:
         cases = [CASES_BY_NAME[n] for n in names] if names else CASES
+    no_v1 = why_no_v1_order()
+    if no_v1:
+        cases = [case for case in cases if case.order != "v1"]
     torch_device = torch.device(device)
     unavailable = why_unavailable(torch_device)
     if unavailable:
@@ -481,6 +496,9 @@ def run(
             "plugin_file": vllm_rocm_aiter_plugin.__file__,
             "device": str(torch_device),
             "gather": runner.gather_origin,
+            "v1_order_absent": no_v1,
+            "takes_sinks": takes_sinks(),
+            "vllm_counts_sink_once": vllm_counts_sink_once_here(),
             "merge_makes_nan_of_empty_states": release_merge_makes_nan_of_empty_states(
                 torch_device
             ),
