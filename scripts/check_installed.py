@@ -1,17 +1,19 @@
-"""What an operator does with the plugin's wheel: ``python scripts/check_installed.py WHEEL``.
+"""What an operator's ``pip`` does with the plugin's wheel: ``python scripts/check_installed.py
+WHEEL``.
 
-Run by ``bash scripts/nox -s installed`` in an environment built the way a ROCm image is (torch,
-vLLM with ``--no-deps`` and its pinned dependencies, no test tools, no plugin). It installs the
-wheel with ``pip install --no-deps``, runs the README's commands from a directory outside the
-checkout, uninstalls the plugin, and checks that vLLM and torch are as before and that
-``ROCM_AITER_FA`` resolves to stock again. Prints one line per check; exits 1 if any failed.
+Run by ``bash scripts/nox -s tests`` after each release's suite, in that environment (torch, vLLM
+with ``--no-deps`` and its pinned dependencies), the plugin uninstalled first. It installs the
+wheel with ``pip install --no-deps``, checks from a directory outside the checkout that Python
+imports that copy and that ``ROCM_AITER_FA`` resolves to it, uninstalls the plugin, and checks
+that vLLM and torch are as before and that ``ROCM_AITER_FA`` resolves to stock again. (The
+README's commands themselves run, from outside the checkout, in ``tests/commands``.) Prints one
+line per check; exits 1 if any failed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import os
 import shutil
 import subprocess
@@ -27,7 +29,7 @@ COMMAND = "vllm-rocm-aiter-plugin"
 STOCK = "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend"
 UNCHANGED = ("vllm", "torch")
 """The image's packages whose installed files must be byte for byte the same afterwards."""
-CLEARED = ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN", "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD",
+CLEARED = ("VLLM_PLUGINS", "VLLM_ROCM_AITER_PLUGIN", "VLLM_ROCM_AITER_PLUGIN_OWN_BUILD",
            "VLLM_ATTENTION_BACKEND", "VLLM_ROCM_USE_AITER", "PYTHONPATH")  # fmt: skip
 
 RESOLVE = (
@@ -91,14 +93,6 @@ def last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def one_json_document(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
 def main(argv: list[str]) -> int:
     (wheel,) = argv
     outside = tempfile.mkdtemp(prefix="operator-")  # not the checkout, not under it
@@ -123,7 +117,7 @@ def main(argv: list[str]) -> int:
     except importlib.metadata.PackageNotFoundError:
         pass
     else:
-        print(f"installed: {DIST} is already installed here; the session uninstalls it first")
+        print(f"installed: {DIST} is already installed here; uninstall it first")
         return 2
     before_files = {name: file_hashes(name) for name in UNCHANGED}
     before_dists = installed_distributions()
@@ -139,18 +133,7 @@ def main(argv: list[str]) -> int:
         os.path.realpath(where.stdout.strip()).startswith(purelib + os.sep),
         where.stdout.strip() or where.stderr[-300:],
     )
-    expect(f"{COMMAND} doctor: exit 0, fix ACTIVE", run([command, "doctor"], outside),
-           lambda r: r.returncode == 0 and "fix ACTIVE" in r.stdout)  # fmt: skip
-    expect(f"{COMMAND} doctor --json: one JSON document on stdout",
-           run([command, "doctor", "--json"], outside),
-           lambda r: r.returncode == 0 and one_json_document(r.stdout))  # fmt: skip
-    expect(f"VLLM_ROCM_AITER_PLUGIN=0 {COMMAND} doctor: exit 1",
-           run([command, "doctor"], outside, VLLM_ROCM_AITER_PLUGIN="0"),
-           lambda r: r.returncode == 1)  # fmt: skip
-    expect(f"{COMMAND} (the demo): exit 0, fix ACTIVE last", run([command], outside),
-           lambda r: r.returncode == 0 and last_line(r.stdout).startswith("fix ACTIVE"))  # fmt: skip
-    expect(f"python -m {PACKAGE} --help: exit 0",
-           run([python, "-m", PACKAGE, "--help"], outside),
+    expect(f"{COMMAND} --help (the console script): exit 0", run([command, "--help"], outside),
            lambda r: r.returncode == 0 and COMMAND in r.stdout)  # fmt: skip
     resolved = run([python, "-c", RESOLVE], outside)
     check("with the plugin, ROCM_AITER_FA resolves to the plugin",

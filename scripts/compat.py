@@ -7,8 +7,9 @@ for every release in ``src/vllm_rocm_aiter_plugin/releases.py``):
 
 For each release: swap vLLM with ``pip install --no-deps --force-reinstall`` (torch and the pinned
 dependencies stay), probe the stock split (does it crash on an EAGLE pure-decode batch, does it
-drop context in model-runner V2 order), run the whole CPU suite (the forward tier included) with a
-JUnit report, and record the counts, with the commit the suite ran at. Writes
+drop context in model-runner V2 order), run the CPU suite's release-dependent tests (the forward
+tier included; ``tests/project`` does not depend on the release) with a JUnit report, and
+record the counts, with the commit the suite ran at. Writes
 ``compat/results.json`` (a partial rerun updates its rows and keeps the others) and its table in
 ``docs/releases.md``, together, so that a later run's docs test sees them agree. Exits non-zero if
 any release failed.
@@ -74,7 +75,7 @@ def _pytest(junit: str, *tests: str) -> tuple[int, int]:
     start = time.monotonic()
     tests_run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-         *tests],
+         "-n", "2", "--dist", "loadfile", *(tests or ["-m", "not project"])],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     return tests_run.returncode, round(time.monotonic() - start)

@@ -9,7 +9,7 @@ each with its reason. A configuration is verified on a CPU release where a forwa
 there (the cases, ``releases.NON_CAUSAL_V2_BATCHES`` and ``releases.SHUFFLE_LAYOUT_RUNS`` decide);
 the MI300 tier runs the same cases,
 but no run on an MI300 is on record, so its cells say so. Needs the installed plugin and torch
-(``diagnostics/forward/cases.py``); the tests run it in the test environment.
+(``tests/helpers/forward_cases.py``); the tests run it in the test environment.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import sys
 from collections.abc import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # tests.helpers: the graph replay cases
+sys.path.insert(0, ROOT)  # tests.helpers: the forward cases and the graph replay cases
 
+from tests.helpers.forward_cases import CASES  # noqa: E402
 from tests.helpers.graph_replay import REPLAY_CASES  # noqa: E402
 from vllm_rocm_aiter_plugin import releases  # noqa: E402
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase  # noqa: E402
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase  # noqa: E402
 
 PAGE = os.path.join(ROOT, "docs", "testing.md")
 BLOCK = re.compile(r"(<!-- coverage matrix -->\n)(.*?)(<!-- end coverage matrix -->)", re.S)

@@ -8,7 +8,7 @@ Run by ``bash scripts/nox -s upstream`` (an environment with the newest tested v
 2. apply the patch there with ``git apply`` (it must apply cleanly) and run vLLM's attention tests
    that run on CPU (``tests/v1/attention/``: every test that passes on the unpatched tree) on both
    trees: the patched tree must pass them all, the new regression tests included;
-3. run the forward tier (``diagnostics/forward``) against the patched vLLM with stock's backend and
+3. run the forward tier (``tests/helpers/forward_child.py``) against the patched vLLM with stock's backend and
    the plugin switched off: stock must now be right on every request of every case;
 4. run the doctor's probes on the patched vLLM: stock must no longer drop context in model-runner
    V2 order; and show the other caller of the three-way split (``cp_utils``) on a V2-ordered step.
@@ -194,11 +194,12 @@ print(json.dumps({"vllm_file": vllm.__file__, "eagle_crash": eagle.affected,
 """
 
 FORWARD = """
-import json, os
-os.environ.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-from tests.helpers import forward_child  # the checkout's root is the working directory
-print(json.dumps(forward_child.run_in_child(kinds=("stock",), scheduler_steps=True,
-                                            extra_env={"PYTHONPATH": os.environ["PYTHONPATH"]})))
+import json
+from tests.helpers import forward_cases, forward_child  # the checkout is the working directory
+from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardRequest
+request = ForwardRequest(list(forward_cases.CASES), kinds=["stock"])
+report = forward_child.run_in_child(forward_child.TierRequest(request, scheduler_steps=True))
+print(json.dumps(report.to_json()))
 """
 
 
@@ -258,21 +259,21 @@ def main(argv: list[str]) -> int:
     forward = in_tree(patched_tree, FORWARD)
     wrong = {}
     for case in forward["cases"]:
-        if "not_applicable" in case:  # a case this release cannot build says why; nothing to judge
+        if case["not_applicable"]:  # a case this release cannot build says why; nothing to judge
             continue
-        stock_result = case["stock"]
-        if "rows" not in stock_result:
-            wrong[case["case"]] = stock_result.get("error", "no rows")
+        stock_result = case["outcomes"]["stock"]
+        if stock_result["error"]:
+            wrong[case["case"]] = stock_result["error"]
             continue
         # On a non-causal batch only the context-free rows can be right: the prefill kernel drops
         # context and the extend path runs causally (docs/upstream/README.md, "Also seen")
-        judged = case.get("configuration", {}).get("causal", True)
+        judged = case["configuration"].get("causal", True)
         bad = [
             r["req_id"]
             for r in stock_result["rows"]
             if (judged or not r["context"]) and (r["nan"] or r["error"] > case["tolerance"])
         ]
-        more_chunks = isinstance(case.get("v1_stock_chunks"), int) and (
+        more_chunks = isinstance(case["v1_stock_chunks"], int) and (
             stock_result["chunks"] > case["v1_stock_chunks"]
         )
         if bad or more_chunks:

@@ -5,7 +5,7 @@ builds one): ``python scripts/verify_release.py 0.34.0``
 
 Runs the differential tests (the own build path against the installed vLLM's ``build()``, in V1
 and model-runner V2 order, plus the split and its attention oracle) with the own path forced on
-(``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=force``). Only if they pass does it print the line for
+(``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=force``). Only if they pass does it print the line for
 ``VERIFIED_BUILD_FINGERPRINTS`` in ``src/vllm_rocm_aiter_plugin/builder.py``. Exit 0 = verified (or
 already known), 1 = a test failed (do not add the line), 2 = the wrong vLLM is installed.
 """
@@ -18,9 +18,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIFFERENTIAL_TESTS = [
-    "tests/test_builder.py",
-    "tests/test_model_runner_v2.py",
-    "tests/test_split.py",
+    "tests/unit/test_builder.py",
+    "tests/unit/test_model_runner_v2.py",
+    "tests/unit/test_split.py",
 ]
 
 
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     wanted = argv[0]
     import vllm
 
-    from vllm_rocm_aiter_plugin import builder
+    from vllm_rocm_aiter_plugin import builder, envs
 
     if vllm.__version__.split("+")[0] != wanted:
         print(
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     known = builder.VERIFIED_BUILD_FINGERPRINTS.get(fingerprint)
     print(f"vLLM {wanted}: build() fingerprint {fingerprint} "
           f"({'known: ' + known if known else 'not yet verified'})")  # fmt: skip
-    env = {**os.environ, builder.FAST_BUILD_ENV: "force"}
+    env = {**os.environ, envs.OWN_BUILD: "force"}
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *DIFFERENTIAL_TESTS],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL,

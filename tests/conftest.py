@@ -1,8 +1,15 @@
-"""Shared fixtures over the real vLLM wheel, and the guard that refuses fake vLLM modules.
+"""Shared fixtures over the real vLLM wheel, the guard that refuses fake vLLM modules, and the
+markers each directory's tests carry (``pyproject.toml`` names them):
 
-Hardware tiers (tests/gpu, tests/rocm) gate themselves through ``hardware.gate``; with
-``--require-hardware`` (or ``VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE=1``) every hardware skip
-becomes a failure, so a misconfigured GPU runner cannot pass by skipping.
+- ``project``: the project's own files (docs, workflows, packaging, layout): once per run;
+- ``unit``: the plugin's code in this process, on the installed vLLM;
+- ``commands``: the doctor, the demo and vLLM's plugin loading, in fresh processes;
+- ``forward``: vLLM's real ROCM_AITER_FA forward, each request judged by its output;
+- ``engine``: vLLM's engine on CPU (its own session); ``hardware``: ``tests/gpu``, ``tests/rocm``.
+
+The hardware tiers gate themselves through ``helpers.hardware.gate``; with ``--require-hardware``
+(or ``VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE=1``) every hardware skip becomes a failure, so a
+misconfigured GPU runner cannot pass by skipping.
 """
 
 from __future__ import annotations
@@ -17,13 +24,22 @@ from typing import Any
 import pytest
 
 REQUIRE_HARDWARE_ENV = "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE"
+TESTS = Path(__file__).parent
+MARKER_OF_DIRECTORY = {
+    "project": "project", "unit": "unit", "commands": "commands", "forward": "forward",
+    "engine": "engine", "gpu": "hardware", "rocm": "hardware",
+}  # fmt: skip
+
+
+def require_hardware_default(environ: dict[str, str] | os._Environ[str]) -> bool:
+    return environ.get(REQUIRE_HARDWARE_ENV, "") not in ("", "0", "false")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--require-hardware",
         action="store_true",
-        default=os.environ.get(REQUIRE_HARDWARE_ENV, "") not in ("", "0", "false"),
+        default=require_hardware_default(os.environ),
         help=(
             "turn every hardware skip (no GPU, not ROCm, not MI300-class, no aiter) into a "
             f"failure; also set by {REQUIRE_HARDWARE_ENV}=1"
@@ -35,8 +51,6 @@ NOT_IN_THE_ENVIRONMENT = (
     "{missing} not installed in this Python ({python}): run the tests with "
     "`bash scripts/nox -s tests`, which builds their environments"
 )
-
-
 NO_VLLM = "novllm"
 """The marker of tests that need neither torch nor vLLM: ``pytest -m novllm`` runs them anywhere
 (the unpacked sdist, every Python the metadata claims; ``bash scripts/nox -s pythons``)."""
@@ -79,6 +93,15 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test carries its directory's marker."""
+    for item in items:
+        parts = Path(str(item.path)).relative_to(TESTS).parts
+        marker = MARKER_OF_DIRECTORY.get(parts[0]) if len(parts) > 1 else None
+        if marker:
+            item.add_marker(marker)
+
+
 def _assert_real_vllm() -> None:
     """Fail the session if ``vllm`` is not the installed wheel (a mock or a stub module)."""
     import vllm
@@ -117,13 +140,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not only_tests_without_vllm(session.config):
         _assert_real_vllm()
-    collect_only = session.config.getoption("collectonly", False)
-    if not collect_only and any(
-        i.nodeid.startswith("tests/test_forward.py") for i in session.items
-    ):
-        from tests.helpers import forward_background
-
-        forward_background.start()  # the tier's child runs beside the other tests
 
 
 SUMMARY_LINES = pytest.StashKey[list[str]]()
@@ -176,7 +192,7 @@ def caplog_vllm(caplog: pytest.LogCaptureFixture):
     """``caplog`` that also sees records of vLLM's loggers (which do not propagate to root)."""
     import logging
 
-    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+    from vllm_rocm_aiter_plugin.log import LOGGER_NAME
 
     logger = logging.getLogger(LOGGER_NAME)
     reaches_root, node = True, logger

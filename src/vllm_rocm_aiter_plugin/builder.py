@@ -1,12 +1,14 @@
 """The ROCM_AITER_FA metadata builder the plugin registers: vLLM's builder with the plugin's split.
 
 ``PluginAiterFlashAttentionMetadataBuilder.build`` runs one of two bodies:
-- on a vLLM whose ``build()`` source the plugin verified (``VERIFIED_BUILD_FINGERPRINTS``), its own
-  body (the ``_own_*`` methods): the metadata vLLM's ``build()`` gives with the plugin's split, with
-  context chunks sized by the rows that share the workspace, computed with less host work;
-- everywhere else, and with ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0``, the installed vLLM's own
-  ``build()`` code object, run with the global name ``split_decodes_prefills_and_extends``
-  resolved to :mod:`vllm_rocm_aiter_plugin.split` (:mod:`.rebind`; nothing in vLLM is modified).
+- the own build (``own_build``; the ``_own_*`` methods), on a vLLM whose ``build()`` source the
+  plugin verified (``VERIFIED_BUILD_FINGERPRINTS``): the metadata vLLM's ``build()`` gives with the
+  plugin's split, with context chunks sized by the rows that share the workspace, computed with
+  less host work;
+- everywhere else, and with ``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=0`` (or ``own_build=False``), the
+  installed vLLM's own ``build()`` code object, run with the global name
+  ``split_decodes_prefills_and_extends`` resolved to :mod:`vllm_rocm_aiter_plugin.split`
+  (:mod:`.rebind`; nothing in vLLM is modified).
 
 Which vLLM features a release has (metadata fields, builder hooks) is detected once, when the
 builder is created. Why each part exists, the upstream PRs, and when it can go:
@@ -35,11 +37,10 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
 
 from vllm_rocm_aiter_plugin import envs
 from vllm_rocm_aiter_plugin import split as plugin_split
-from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+from vllm_rocm_aiter_plugin.log import logger
 from vllm_rocm_aiter_plugin.rebind import NotRebindable, with_globals
 
 SPLIT_GLOBAL_NAME = "split_decodes_prefills_and_extends"
-FAST_BUILD_ENV = envs.FAST_BUILD
 
 VERIFIED_BUILD_FINGERPRINTS: dict[str, str] = {
     # sha256[:16] of the dedented source of AiterFlashAttentionMetadataBuilder.build -> the
@@ -72,14 +73,15 @@ def verified_release() -> str | None:
         return None
 
 
-def own_build_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether builders created now may run the own body: a verified build() source and not
-    switched off (``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``, :mod:`.envs`). ``force`` runs it on an
-    unverified source too: only ``scripts/verify_release.py`` does that, to verify a release."""
-    setting = envs.read(FAST_BUILD_ENV, environ).value
-    if setting == "force":
+def own_build_default(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether builders created now run the own build unless told otherwise: a verified build()
+    source and not switched off (``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD``, :mod:`.envs`). ``force``
+    runs it on an unverified source too: ``scripts/verify_release.py`` does that, to verify a
+    release."""
+    setting = envs.read(envs.OWN_BUILD, environ).value
+    if setting is envs.Switch.FORCE:
         return True
-    return verified_release() is not None and setting == "on"
+    return setting is envs.Switch.ON and verified_release() is not None
 
 
 def _vllm_build_with_plugin_split() -> Callable[..., Any]:
@@ -92,9 +94,7 @@ def _vllm_build_with_plugin_split() -> Callable[..., Any]:
             build, {SPLIT_GLOBAL_NAME: plugin_split.split_decodes_prefills_and_extends}
         )
     except NotRebindable as exc:
-        from vllm.logger import init_logger
-
-        init_logger(LOGGER_NAME).warning(
+        logger().warning(
             "%s; outside the plugin's own build body ROCM_AITER_FA runs vLLM's build() "
             "unchanged (stock split). Run `vllm-rocm-aiter-plugin doctor`.",
             exc,
@@ -162,20 +162,20 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
 
     Returns vLLM's own ``AiterFlashAttentionMetadata`` (EAGLE checks it with ``isinstance``).
     Pure-decode batches, EAGLE's included, build without reading ``seq_lens_cpu_upper_bound`` and
-    (from vLLM 0.22) without a device-to-host copy.
+    (from vLLM 0.22) without a device-to-host copy. ``own_build`` chooses the body (None:
+    :func:`own_build_default`).
     """
 
     vllm_build = staticmethod(_vllm_build_with_plugin_split())
-    """The installed vLLM's ``build()`` code with the plugin's split (off the own body)."""
+    """The installed vLLM's ``build()`` code with the plugin's split (off the own build)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, own_build: bool | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.vllm_features = VllmBuildFeatures.of(self)
-        # Decided once per builder (vLLM builds one per attention group at startup). The own body
+        # Decided once per builder (vLLM builds one per attention group at startup). The own build
         # does not reproduce KV-sharing state (0.30 onwards), a rare configuration.
-        self.uses_own_build = (
-            own_build_enabled() and getattr(self, "kv_sharing_workspace", None) is None
-        )
+        wanted = own_build_default() if own_build is None else own_build
+        self.own_build = wanted and getattr(self, "kv_sharing_workspace", None) is None
 
     @property
     def threshold(self) -> int:
@@ -190,17 +190,18 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         common_attn_metadata: CommonAttentionMetadata,
         fast_build: bool = False,
     ) -> AiterFlashAttentionMetadata:
-        if self.uses_own_build and not self.shuffle_kv_cache_layout():
+        if self.runs_own_build():
             return self._own_build(common_prefix_len, common_attn_metadata)
         return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
 
-    def shuffle_kv_cache_layout(self) -> bool:
-        """Whether vLLM serves the shuffle KV-cache layout (``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT``,
-        process-wide; stock's build() reads it on every build too). The own body does not keep
-        the scale state that layout needs on every release, so vLLM's build() code runs."""
-        return bool(rocm_aiter_ops.is_shuffle_kv_cache_enabled())
+    def runs_own_build(self) -> bool:
+        """Whether :meth:`build` runs the own build: ``own_build``, except under the shuffle
+        KV-cache layout (``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT``, process-wide; stock's build()
+        reads it on every build too), whose scale state the own build does not keep on every
+        release, so vLLM's build() code runs there."""
+        return self.own_build and not rocm_aiter_ops.is_shuffle_kv_cache_enabled()
 
-    # The own body. Each method mirrors the part of vLLM's build() it names; values a release's
+    # The own build. Each method mirrors the part of vLLM's build() it names; values a release's
     # metadata does not declare are neither computed nor passed.
 
     def _own_build(

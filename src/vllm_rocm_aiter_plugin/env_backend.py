@@ -24,11 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vllm.logger import init_logger
-
 from vllm_rocm_aiter_plugin.envs import ATTENTION_BACKEND as ENV_VAR
 from vllm_rocm_aiter_plugin.envs import Reading, parse_attention_backend, shown
-from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+from vllm_rocm_aiter_plugin.log import logger
 
 LEGACY_NAMES: dict[str, str | None] = {
     # V0 and early-V1 names -> the V1 backend they meant on ROCm (None: no ROCm equivalent)
@@ -40,8 +38,6 @@ LEGACY_NAMES: dict[str, str | None] = {
     "XFORMERS": None,  # removed with V0
     "TORCH_SDPA_VLLM_V1": None,
 }
-
-logger = init_logger(LOGGER_NAME)
 
 
 def resolve(raw: str | None) -> Reading:
@@ -97,7 +93,7 @@ def _once(level: int, message: str, *args: object) -> None:
         if text in _said:
             return
         _said.add(text)
-    logger.log(level, "%s", text)
+    logger().log(level, "%s", text)
 
 
 @dataclass(frozen=True)

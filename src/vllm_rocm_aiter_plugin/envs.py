@@ -1,10 +1,10 @@
-"""Every environment variable the plugin reads: its name, what it does, and its parser.
+"""Every environment variable the plugin reads: its name, its parser and what it does.
 
 Cheap to import, and the floor of the package: it imports no torch, no vLLM and nothing of the
-plugin (``tests/test_layout.py``). Each parser turns the raw value (None when unset) into a
+plugin (``tests/project/test_layout.py``). A parser turns the raw value (None when unset) into a
 ``Reading``: the value the plugin acts on, what that means in one line, and a problem line when
 the raw value is not understood (the plugin then acts on the default). The doctor reports every
-variable from here, and ``docs/architecture.md`` lists them.
+variable of ``VARIABLES``; the README's table is generated from it.
 """
 
 from __future__ import annotations
@@ -19,22 +19,21 @@ PLUGIN_NAME = "vllm_rocm_aiter_plugin"
 """Entry-point name in both vLLM groups; this is what ``VLLM_PLUGINS`` must list."""
 
 SWITCH = "VLLM_ROCM_AITER_PLUGIN"
-FAST_BUILD = "VLLM_ROCM_AITER_PLUGIN_FAST_BUILD"
+OWN_BUILD = "VLLM_ROCM_AITER_PLUGIN_OWN_BUILD"
 ATTENTION_BACKEND = "VLLM_ATTENTION_BACKEND"
 VLLM_PLUGINS = "VLLM_PLUGINS"
 USE_AITER = "VLLM_ROCM_USE_AITER"
 USE_AITER_MHA = "VLLM_ROCM_USE_AITER_MHA"
 SHUFFLE_LAYOUT = "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT"
-REQUIRE_HARDWARE = "VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE"
-E2E_TARGET = "VLLM_ROCM_AITER_E2E_TARGET"
-E2E_DRAFT = "VLLM_ROCM_AITER_E2E_DRAFT"
 
 _OFF = ("0", "false", "off", "no", "disable", "disabled")
 _ON = ("1", "true", "on", "yes", "auto", "enable", "enabled", "")
 
 
 class Switch(enum.Enum):
-    AUTO = "auto"
+    """An on/off/force setting: on (the default) acts where the plugin's checks allow it."""
+
+    ON = "on"
     OFF = "off"
     FORCE = "force"
 
@@ -70,50 +69,42 @@ def _words(raw: str) -> str:
     return raw.strip().lower()
 
 
-def parse_switch(raw: str | None) -> Reading:
-    """``VLLM_ROCM_AITER_PLUGIN``: unset or on = the activation policy decides; ``0`` (or off,
-    false, no, disable) = stock vLLM; ``force`` = override the policy."""
-    if raw is None:
-        return Reading(Switch.AUTO, "unset: the plugin activates where the policy says")
-    word = _words(raw)
-    if word in _OFF:
-        return Reading(Switch.OFF, "the plugin is switched off: ROCM_AITER_FA stays stock")
-    if word == "force":
-        return Reading(Switch.FORCE, "the plugin overrides ROCM_AITER_FA whatever the policy says")
-    if word in _ON:
-        return Reading(Switch.AUTO, "on: the plugin activates where the policy says")
-    return Reading(
-        Switch.AUTO,
-        "not understood: treated as unset",
-        f"{SWITCH}={shown(raw)} is not understood; using auto. Use 0 to disable, force to override "
-        "the policy, or leave it unset.",
-    )
+def _on_off_force(name: str, on: str, off: str, force: str) -> Callable[[str | None], Reading]:
+    """A parser of an on/off/force switch: unset or an "on" word, ``0`` or an "off" word, or
+    ``force``; anything else is a problem, read as on."""
 
-
-_FAST = "the plugin's faster metadata build"
-
-
-def parse_fast_build(raw: str | None) -> Reading:
-    """``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD``: the plugin's own build body on verified vLLM
-    releases (on by default); ``0`` runs vLLM's build() code with the plugin's split (stock's
-    context chunk sizes); ``force`` runs the own body on an unverified release (release checks)."""
-    if raw is None:
-        return Reading("on", f"unset: {_FAST}, on the vLLM releases it was checked against")
-    word = _words(raw)
-    if word in _OFF:
+    def parse(raw: str | None) -> Reading:
+        if raw is None:
+            return Reading(Switch.ON, f"unset: {on}")
+        word = _words(raw)
+        if word in _OFF:
+            return Reading(Switch.OFF, off)
+        if word == "force":
+            return Reading(Switch.FORCE, force)
+        if word in _ON:
+            return Reading(Switch.ON, on)
         return Reading(
-            "off", "vLLM's own metadata build code runs, with the plugin's split (slower)"
+            Switch.ON,
+            "not understood: treated as unset",
+            f"{name}={shown(raw)} is not understood; using on. Use 0 to switch it off, force to "
+            "override the plugin's checks, or leave it unset.",
         )
-    if word == "force":
-        return Reading("force", f"{_FAST}, even on a vLLM release it was not checked against")
-    if word in _ON:
-        return Reading("on", f"{_FAST}, on the vLLM releases it was checked against")
-    return Reading(
-        "on",
-        "not understood: treated as unset",
-        f"{FAST_BUILD}={shown(raw)} is not understood; using on. Use 0 to run vLLM's own metadata build "
-        "code, or leave it unset.",
-    )
+
+    return parse
+
+
+parse_switch = _on_off_force(
+    SWITCH,
+    "the plugin activates where the policy says",
+    "the plugin is switched off: ROCM_AITER_FA stays stock",
+    "the plugin overrides ROCM_AITER_FA whatever the policy says",
+)
+parse_own_build = _on_off_force(
+    OWN_BUILD,
+    "the plugin's own metadata build, on the vLLM releases it was checked against",
+    "vLLM's own metadata build code runs, with the plugin's split (slower; stock's chunk sizes)",
+    "the plugin's own metadata build, even on a vLLM release it was not checked against",
+)
 
 
 def parse_vllm_plugins(raw: str | None) -> Reading:
@@ -127,16 +118,15 @@ def parse_vllm_plugins(raw: str | None) -> Reading:
     return Reading(
         names,
         "vLLM does not load the plugin",
-        f"{VLLM_PLUGINS}={shown(raw)} excludes the plugin (vLLM splits it at commas without stripping "
-        f"blanks): add {PLUGIN_NAME} to it, or unset {VLLM_PLUGINS}",
+        f"{VLLM_PLUGINS}={shown(raw)} excludes the plugin (vLLM splits it at commas without "
+        f"stripping blanks): add {PLUGIN_NAME} to it, or unset {VLLM_PLUGINS}",
     )
 
 
 def parse_use_aiter(raw: str | None) -> Reading:
     """``VLLM_ROCM_USE_AITER`` (vLLM's): with it on, ROCm's automatic backend selection may pick
     ROCM_AITER_FA. Read by the doctor only."""
-    on = raw is not None and _words(raw) in ("1", "true")
-    if on:
+    if raw is not None and _words(raw) in ("1", "true"):
         return Reading(
             True, "AITER on: ROCM_AITER_FA is a candidate of automatic selection (see below)"
         )
@@ -149,8 +139,7 @@ def parse_use_aiter(raw: str | None) -> Reading:
 
 def parse_use_aiter_mha(raw: str | None) -> Reading:
     """``VLLM_ROCM_USE_AITER_MHA`` (vLLM's, default on): AITER's attention in auto-selection."""
-    on = raw is None or _words(raw) in ("1", "true")
-    if on:
+    if raw is None or _words(raw) in ("1", "true"):
         return Reading(
             True,
             "on: with VLLM_ROCM_USE_AITER=1, ROCM_AITER_FA is a candidate of automatic selection, "
@@ -160,8 +149,8 @@ def parse_use_aiter_mha(raw: str | None) -> Reading:
 
 
 def parse_shuffle_layout(raw: str | None) -> Reading:
-    """``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT`` (vLLM's, default off): AITER's shuffle KV-cache
-    layout, read as vLLM reads it (``true`` or ``1``, any case)."""
+    """``VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT`` (vLLM's, default off), read as vLLM reads it
+    (``true`` or ``1``, any case)."""
     if raw is not None and raw.lower() in ("true", "1"):
         return Reading(
             True, "on: the shuffle KV-cache layout; the doctor's forward check runs in it"
@@ -185,31 +174,11 @@ def parse_attention_backend(raw: str | None) -> Reading:
     )
 
 
-def parse_flag(raw: str | None) -> Reading:
-    """A test-suite flag: set and not 0/false/off means on."""
-    on = raw is not None and _words(raw) not in _OFF
-    return Reading(on, "on" if on else "off")
-
-
-def parse_path(raw: str | None) -> Reading:
-    return Reading(raw, raw or "unset")
-
-
-def _words_accepted(words: tuple[str, ...]) -> str:
-    """``"`0` (or `false`, `off`, ...)"``: the first word, then the others it stands for."""
-    first, *others = (w for w in words if w)
-    return f"`{first}` (or {', '.join(f'`{w}`' for w in others)})"
-
-
-ON_OFF_FORCE = f"unset or {_words_accepted(_ON)}; {_words_accepted(_OFF)}; `force`"
-
-
 @dataclass(frozen=True)
 class Variable:
     name: str
-    owner: str  # "plugin", "vLLM" (read by the plugin too) or "tests"
-    values: str  # what it accepts, for the generated tables (README, docs/architecture.md)
-    doc: str
+    owner: str  # "plugin", or "vLLM" (read by the plugin too)
+    doc: str  # its values and what they do, for the README's table
     parse: Callable[[str | None], Reading]
 
     def read(self, environ: Mapping[str, str] | None = None) -> Reading:
@@ -217,39 +186,34 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable(SWITCH, "plugin", ON_OFF_FORCE,
-             "`0`: stock vLLM everywhere. `force`: take ROCM_AITER_FA even where the activation "
-             "policy below would not", parse_switch),
-    Variable(FAST_BUILD, "plugin", ON_OFF_FORCE,
-             "`0`: vLLM's own metadata build code with the plugin's split (slower; context chunks "
-             "sized as vLLM sizes them). `force`: the plugin's faster build even on a vLLM release "
-             "it was not checked against (release checks only)", parse_fast_build),
-    Variable(ATTENTION_BACKEND, "plugin", "a backend name, `auto`",
-             "with a ROCm GPU, where neither --attention-backend nor vLLM's own choice for the "
-             "model names one: picks among the backends vLLM's own automatic selection accepts for "
-             "each layer (plus ROCM_AITER_FA where AITER is found and supported); otherwise a "
-             "WARNING and vLLM's choice. It changes no config field (vLLM itself ignores the "
-             "variable)", parse_attention_backend),
-    Variable(VLLM_PLUGINS, "vLLM", "unset, or a comma list",
-             "which plugins vLLM loads: must list vllm_rocm_aiter_plugin if set. vLLM does not "
-             "strip blanks, so `a, vllm_rocm_aiter_plugin` excludes it", parse_vllm_plugins),
-    Variable(USE_AITER, "vLLM", "`1`, `true`: on; unset or anything else: off",
-             "AITER on ROCm. With it (and VLLM_ROCM_USE_AITER_MHA on), ROCM_AITER_FA is a "
-             "candidate of vLLM's automatic selection, after ROCM_ATTN; --attention-backend "
-             "ROCM_AITER_FA selects it either way",
-             parse_use_aiter),
-    Variable(USE_AITER_MHA, "vLLM", "unset, `1`, `true`: on; anything else: off",
-             "AITER attention in automatic selection; counts only with VLLM_ROCM_USE_AITER=1",
-             parse_use_aiter_mha),
-    Variable(SHUFFLE_LAYOUT, "vLLM", "`1`, `true`: on; unset or anything else: off",
-             "AITER's shuffle KV-cache layout (gfx950 images). The doctor's forward check runs "
-             "in the layout it names", parse_shuffle_layout),
-    Variable(REQUIRE_HARDWARE, "tests", "unset, `1`", "hardware skips fail (a GPU runner)",
-             parse_flag),
-    Variable(E2E_TARGET, "tests", "a directory",
-             "local target model directory for the MI300 EAGLE run", parse_path),
-    Variable(E2E_DRAFT, "tests", "a directory", "local EAGLE draft model directory for that run",
-             parse_path),
+    Variable(SWITCH, "plugin",
+             "unset or `1`: on; `0`: stock vLLM everywhere; `force`: take ROCM_AITER_FA even "
+             "where the activation policy below would not", parse_switch),
+    Variable(OWN_BUILD, "plugin",
+             "unset or `1`: the plugin's own metadata build on the vLLM releases it was checked "
+             "against (context chunks sized by the rows that read context); `0`: vLLM's own "
+             "build() code with the plugin's split (slower; chunks sized as vLLM sizes them); "
+             "`force`: the own build on any release (release checks only)", parse_own_build),
+    Variable(ATTENTION_BACKEND, "plugin",
+             "a backend name, or `auto`. With a ROCm GPU, where neither --attention-backend nor "
+             "vLLM's own choice for the model names one: picks among the backends vLLM's own "
+             "automatic selection accepts for each layer (plus ROCM_AITER_FA where AITER is "
+             "found and supported); otherwise a WARNING and vLLM's choice. It changes no config "
+             "field (vLLM itself ignores the variable)", parse_attention_backend),
+    Variable(VLLM_PLUGINS, "vLLM",
+             "unset, or a comma list of the plugins vLLM loads: it must list "
+             "vllm_rocm_aiter_plugin. vLLM does not strip blanks, so `a, vllm_rocm_aiter_plugin` "
+             "excludes it", parse_vllm_plugins),
+    Variable(USE_AITER, "vLLM",
+             "`1` or `true`: AITER on ROCm. With it (and VLLM_ROCM_USE_AITER_MHA on), "
+             "ROCM_AITER_FA is a candidate of vLLM's automatic selection, after ROCM_ATTN; "
+             "--attention-backend ROCM_AITER_FA selects it either way", parse_use_aiter),
+    Variable(USE_AITER_MHA, "vLLM",
+             "unset, `1` or `true`: AITER attention in automatic selection; counts only with "
+             "VLLM_ROCM_USE_AITER=1", parse_use_aiter_mha),
+    Variable(SHUFFLE_LAYOUT, "vLLM",
+             "`1` or `true`: AITER's shuffle KV-cache layout (gfx950 images). The doctor's "
+             "forward check runs in the layout it names", parse_shuffle_layout),
 )  # fmt: skip
 
 BY_NAME = {variable.name: variable for variable in VARIABLES}

@@ -40,7 +40,7 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadata,
 )
 
-from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+from vllm_rocm_aiter_plugin.log import logger
 from vllm_rocm_aiter_plugin.rebind import loads_global, with_globals
 
 MERGE_GLOBAL_NAME = "merge_attn_states"
@@ -75,9 +75,7 @@ def merge_makes_nan_of_empty_states(
         nan = bool(output.isnan().any() or output_lse.isnan().any())
         _probed[key] = nan
     if nan:
-        from vllm.logger import init_logger
-
-        init_logger(LOGGER_NAME).info(
+        logger().info(
             "vLLM's merge_attn_states turns two empty attention states into NaN on this release "
             "(%s, %s); the plugin keeps context-free rows of the extend region finite.",
             device,
@@ -214,9 +212,7 @@ def _rebound(
             ops = extend_forward.__globals__[OPS_GLOBAL_NAME]
             replacements[OPS_GLOBAL_NAME] = sink_in_new_token_call_only(ops)
         else:  # a release whose extend path calls AITER otherwise: its own behaviour, said once
-            from vllm.logger import init_logger
-
-            init_logger(LOGGER_NAME).warning(
+            logger().warning(
                 "This vLLM's extend_forward does not call rocm_aiter_ops from its module globals; "
                 "the plugin cannot count attention sinks once there and leaves vLLM's behaviour."
             )

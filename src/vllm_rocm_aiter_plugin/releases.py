@@ -1,12 +1,15 @@
-"""The vLLM releases the plugin is tested on, and the facts known of each: the one source.
+"""The vLLM releases the plugin is tested on, the facts known of each, and how a vLLM version
+string is read: the one source.
 
-Read by the activation policy, the noxfile (loaded by path: this module imports nothing), the
-tests and the generated docs tables. Adding a release: append it to ``TESTED`` (and to the fact
+Read by the activation policy, the noxfile (loaded by path: this module imports nothing of the
+plugin), the tests and the generated docs tables. Adding a release: append it to ``TESTED`` (and to the fact
 sets it belongs to, read off its wheel), then run ``bash scripts/nox -s verify -- VERSION`` and
 ``bash scripts/nox -s compat`` (``docs/releases.md``).
 """
 
 from __future__ import annotations
+
+import re
 
 TESTED: tuple[str, ...] = (
     "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0",
@@ -64,9 +67,30 @@ MERGE_NAN_OF_EMPTY_STATES: frozenset[str] = frozenset(
 states merge to NaN (read off the wheels, and run under the Triton interpreter)."""
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``(0, 23, 0)`` for ``"0.23.0"`` (release strings of this module only)."""
-    return tuple(int(part) for part in version.split("."))
-
-
 OLDEST, NEWEST = TESTED[0], TESTED[-1]
+
+Version = tuple[int, int, int]
+
+
+def parse(version: str) -> Version | None:
+    """``(major, minor, patch)`` of a vLLM version string such as ``0.23.0+rocm700``; None if odd."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+_PRE_RELEASE = re.compile(r"[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)[-_.]?\d*", re.IGNORECASE)
+
+
+def is_pre_release(version: str) -> bool:
+    """Whether ``version`` is a pre-release or dev build (``0.33.0rc1``, ``0.20.0.dev3+g1234``),
+    which PEP 440 orders before the release its numbers name. A local suffix (``+rocm700``) and
+    a post-release (``.post1``) are not."""
+    match = re.match(r"^\s*v?\d+\.\d+(?:\.\d+)?((?:\.\d+)*)([^+]*)", version)
+    return match is not None and _PRE_RELEASE.match(match.group(2).strip()) is not None
+
+
+def format_version(version: Version) -> str:
+    return ".".join(map(str, version))

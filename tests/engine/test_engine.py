@@ -13,7 +13,7 @@ from tests.helpers import engine_comparison, vllm_releases
 from tests.helpers.engine_comparison import Comparison
 from tests.helpers.engine_workloads import WORKLOADS, WORKLOADS_BY_NAME, save_models
 
-pytestmark = [pytest.mark.engine, pytest.mark.subprocess]
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,18 @@ import pytest
 import torch
 
 from tests.helpers import forward_checks, forward_child, graph_replay
+from tests.helpers.forward_cases import CASES
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
+from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardReport, ForwardRequest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forward]
 
 
 @pytest.fixture(scope="module")
-def report(device) -> dict:
-    result = forward_child.run(
-        device=str(device), gather_budget=None, cases=CASES, graph_replays=True
-    )
-    assert "unavailable" not in result, result.get("unavailable")
+def report(device) -> ForwardReport:
+    request = ForwardRequest(list(CASES), device=str(device), gather_budget=None)
+    result = forward_child.run(forward_child.TierRequest(request, graph_replays=True))
+    assert result.unavailable is None, result.unavailable
     return result
 
 
@@ -37,5 +37,5 @@ def test_forward_case_on_gpu(report, name):
 def test_graph_replay_on_gpu(report, name, kind):
     """The replay cases on the GPU: a real CUDA graph where AITER's kernels run, else the
     stand-in (the references cannot be captured)."""
-    expected = graph_replay.graph_for(torch.device(report["device"])).mode
+    expected = graph_replay.graph_for(torch.device(report.device)).mode
     forward_checks.check_graph_replay(report, name, kind, graph=expected)

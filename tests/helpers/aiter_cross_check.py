@@ -1,21 +1,22 @@
-"""Child process of ``tests/test_aiter_cross_check.py``: AITER's Triton ``unified_attention``
-(loaded by the installed plugin's :mod:`~vllm_rocm_aiter_plugin.diagnostics.forward.aiter_triton`)
-and the forward tier's torch reference on the same random paged batches.
+"""Child process of ``tests/forward/test_aiter_cross_check.py``: AITER's Triton
+``unified_attention`` (loaded by ``tests/helpers/aiter_triton.py``) and the forward tier's torch
+reference on the same random paged batches.
 
-``python -m tests.helpers.aiter_cross_check`` reads a JSON list of shapes on stdin and prints one JSON
-report: per shape, the largest difference and whether it is within two units in the last place.
-Run it under Triton's interpreter (``harness.INTERPRETER_ENV``).
+``python -m tests.helpers.aiter_cross_check`` reads a JSON list of shapes on stdin and reports
+(``diagnostics.child``), per shape, the largest difference and whether it is within two units in
+the last place. Run it under Triton's interpreter (``harness.INTERPRETER_ENV``).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import torch
 
-from vllm_rocm_aiter_plugin.diagnostics.forward import aiter_triton, reference_kernels
+from tests.helpers import aiter_triton
+from vllm_rocm_aiter_plugin.diagnostics import child
+from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
 
 
 def inputs(shape: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def inputs(shape: dict[str, Any]) -> dict[str, Any]:
     return arguments
 
 
-def compare(kernel: aiter_triton.UnifiedAttention, shape: dict[str, Any]) -> dict[str, Any]:
+def compare(kernel: aiter_triton.AiterUnifiedAttention, shape: dict[str, Any]) -> dict[str, Any]:
     arguments = inputs(shape)
     want = arguments["out"].clone()
     reference_kernels.unified_attention(**{**arguments, "out": want})
@@ -91,13 +92,13 @@ def main() -> int:
     before = {"driver": active_driver(), "aiter_modules": aiter_modules()}
     kernel, why_not = aiter_triton.load_unified_attention()
     after = {"driver": active_driver(), "aiter_modules": aiter_modules()}
+    shapes = child.read_request()
     if kernel is None:
-        print(json.dumps({"unavailable": why_not}))
+        child.report({"unavailable": why_not})
         return 0
-    shapes = json.load(sys.stdin)
     results = [compare(kernel, shape) for shape in shapes]
     report = {"kernel": kernel.origin, "results": results, "before": before, "after": after}
-    print(json.dumps({**report, **kernel.to_json()}))
+    child.report({**report, **kernel.to_json()})
     return 0
 
 

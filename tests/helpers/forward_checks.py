@@ -1,4 +1,4 @@
-"""What every forward tier asserts about a case's report (CPU tier, GPU tier, MI300 tier).
+"""What every forward tier asserts about a case's result (CPU tier, GPU tier, MI300 tier).
 
 Expectations come from the installed release: stock's own regions and context chunks in the
 report, what this release's merge does with two empty states (run, not looked up), and whether
@@ -7,27 +7,21 @@ stock's split crashes on EAGLE's pure-decode batch (``tests/helpers/vllm_release
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.helpers import vllm_releases
+from vllm_rocm_aiter_plugin.diagnostics.forward.report import CaseResult, ForwardReport
 
 WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM
 
 
-def bad_rows(result: dict, tolerance: float) -> set[str]:
-    """Requests whose output is not finite or is off the reference."""
-    return {r["req_id"] for r in result["rows"] if r["nan"] or r["error"] > tolerance}
+def causal(case: CaseResult) -> bool:
+    return case.configuration.get("causal", True)
 
 
-def nan_rows(result: dict) -> set[str]:
-    return {r["req_id"] for r in result["rows"] if r["nan"]}
-
-
-def causal(case: dict) -> bool:
-    return case.get("configuration", {}).get("causal", True)
-
-
-def expected_stock_wrong(case: dict, merge_nan: bool) -> set[str]:
+def expected_stock_wrong(case: CaseResult, merge_nan: bool) -> set[str]:
     """Stock's rows that must be wrong: rows with context in its prefill region (that kernel
     attends to the new tokens only), and, where this release's merge makes NaN of two empty
     states, rows without context in an extend region of two chunks or more. On a non-causal
@@ -37,92 +31,93 @@ def expected_stock_wrong(case: dict, merge_nan: bool) -> set[str]:
     the sink once per call: ``docs/upstream/README.md``), unless this release's own code counts
     it once (vLLM 0.34.0)."""
     stock = case["stock"]
-    configuration = case.get("configuration", {})
     if not causal(case):
-        return {r["req_id"] for r in stock["rows"] if r["context"] and r["query"] > 1}
-    wrong = {r["req_id"] for r in stock["rows"] if r["region"] == "prefill" and r["context"]}
-    if merge_nan and stock["chunks"] >= 2:
-        wrong |= {
-            r["req_id"] for r in stock["rows"] if r["region"] == "extend" and not r["context"]
-        }
-    sinks = configuration.get("sinks") and not configuration.get("sliding_window")
-    if sinks and stock["chunks"] and not vllm_releases.installed_counts_sink_once():
-        wrong |= {r["req_id"] for r in stock["rows"] if r["region"] == "extend"}
+        return {r.req_id for r in stock.rows if r.context and r.query > 1}
+    wrong = {r.req_id for r in stock.rows if r.region == "prefill" and r.context}
+    if merge_nan and stock.chunks >= 2:
+        wrong |= {r.req_id for r in stock.rows if r.region == "extend" and not r.context}
+    sinks = case.configuration.get("sinks") and not case.configuration.get("sliding_window")
+    if sinks and stock.chunks and not vllm_releases.installed_counts_sink_once():
+        wrong |= {r.req_id for r in stock.rows if r.region == "extend"}
     return wrong
 
 
-def check_plugin(case: dict) -> None:
+def check_plugin(case: CaseResult) -> None:
     """Every request of the plugin's step equals its reference; no NaN or inf anywhere. On a
     non-causal batch: the plugin's regions and outputs are stock's, and every row without
     context equals its non-causal reference (rows with context are wrong in stock's paths
     alike: :func:`expected_stock_wrong`)."""
     plugin = case["plugin"]
-    assert "error" not in plugin, plugin.get("traceback", plugin.get("error"))
-    assert len(plugin["rows"]) == len(case["order_ids"])
-    assert nan_rows(plugin) == set(), f"{case['case']}: NaN or inf in the plugin's output"
+    assert plugin.error is None, plugin.traceback or plugin.error
+    assert len(plugin.rows) == len(case.order_ids)
+    assert plugin.nan() == set(), f"{case.case}: NaN or inf in the plugin's output"
     if causal(case):
-        assert bad_rows(plugin, case["tolerance"]) == set(), case["case"]
+        assert plugin.wrong(case.tolerance) == set(), case.case
         return
     stock = case["stock"]
-    assert plugin["regions"] == stock["regions"], case["case"]
-    assert [r["error"] for r in plugin["rows"]] == [r["error"] for r in stock["rows"]]
-    context_free = {r["req_id"] for r in plugin["rows"] if not r["context"]}
-    assert context_free and not bad_rows(plugin, case["tolerance"]) & context_free
+    assert plugin.regions == stock.regions, case.case
+    assert [r.error for r in plugin.rows] == [r.error for r in stock.rows]
+    context_free = {r.req_id for r in plugin.rows if not r.context}
+    assert context_free and not plugin.wrong(case.tolerance) & context_free
 
 
-def check_stock(case: dict, merge_nan: bool) -> None:
+def check_stock(case: CaseResult, merge_nan: bool) -> None:
     """Stock is wrong exactly where it drops context (or crashes, on the affected releases)."""
     stock = case["stock"]
-    if "error" in stock:  # the EAGLE crash: a pure-decode batch without the upper bound
-        assert vllm_releases.installed_is_affected(), stock["error"]
-        assert stock["error"].startswith("build raises AssertionError"), stock["error"]
+    if stock.error:  # the EAGLE crash: a pure-decode batch without the upper bound
+        assert vllm_releases.installed_is_affected(), stock.error
+        assert stock.error.startswith("build raises AssertionError"), stock.error
         return
-    assert bad_rows(stock, case["tolerance"]) == expected_stock_wrong(case, merge_nan), case["case"]
+    assert stock.wrong(case.tolerance) == expected_stock_wrong(case, merge_nan), case.case
 
 
-def check_chunks(case: dict) -> None:
+def check_chunks(case: CaseResult) -> None:
     """On a V2-ordered step, no more context chunks than stock's for the same requests in V1
-    order, each within the workspace."""
+    order (where this vLLM has a V1 runner), each within the workspace."""
     plugin = case["plugin"]
-    assert plugin.get("largest_chunk_tokens", 0) <= WORKSPACE_TOKENS
-    if case["order"] != "v2":
+    assert plugin.largest_chunk_tokens <= WORKSPACE_TOKENS
+    if case.order != "v2" or case.v1_stock_chunks is None:
         return
-    if "v1_stock_chunks" not in case:  # no V1 runner to compare with: the reason, once
+    if isinstance(case.v1_stock_chunks, str):  # stock cannot build it (the EAGLE crash)
+        assert vllm_releases.installed_is_affected(), case.v1_stock_chunks
         return
-    if isinstance(case["v1_stock_chunks"], str):  # stock cannot build it (the EAGLE crash)
-        assert vllm_releases.installed_is_affected(), case["v1_stock_chunks"]
-        return
-    assert plugin["chunks"] <= case["v1_stock_chunks"], case["case"]
+    assert plugin.chunks <= case.v1_stock_chunks, case.case
 
 
-def case_of(report: dict, name: str) -> dict:
+def case_of(report: ForwardReport, name: str) -> CaseResult:
     """The case ``name`` of ``report``; a skip saying why where it did not run: absent (a V1-order
     case on a vLLM without the V1 runner) or set aside (``not_applicable``)."""
-    case = next((c for c in report["cases"] if c["case"] == name), None)
+    case = report.case(name)
     if case is None:
-        assert report.get("v1_order_absent"), f"{name} is missing from the report"
-        pytest.skip(report["v1_order_absent"])
-    if "not_applicable" in case:
-        pytest.skip(case["not_applicable"])
+        assert report.v1_order_absent, f"{name} is missing from the report"
+        pytest.skip(report.v1_order_absent)
+    if case.not_applicable:
+        pytest.skip(case.not_applicable)
     return case
 
 
-def check_case(report: dict, name: str) -> None:
-    """Every assertion of the forward tiers on one case of ``report`` (a skip, saying why, for a
-    case this device cannot run: an fp8 format that is not the GPU's own)."""
+def check_case(report: ForwardReport, name: str) -> None:
+    """Every assertion of the forward tiers on one case of ``report``."""
     case = case_of(report, name)
     check_plugin(case)
-    check_stock(case, report["merge_makes_nan_of_empty_states"])
+    check_stock(case, report.merge_makes_nan_of_empty_states)
     check_chunks(case)
 
 
-def check_graph_replay(report: dict, name: str, kind: str, graph: str | None = None) -> None:
+def bad(rows: list[dict[str, Any]], tolerance: float) -> set[str]:
+    """Requests of a graph replay's rows whose output is not finite or off the reference."""
+    return {r["req_id"] for r in rows if r["nan"] or r["error"] > tolerance}
+
+
+def check_graph_replay(
+    report: ForwardReport, name: str, kind: str, graph: str | None = None
+) -> None:
     """A CUDA-graph replay case (``tests/helpers/graph_replay.py``) for ``kind``'s backend:
     it ran as ``graph`` (``cuda graph``, ``eager stand-in``; None: either), the capture is all
     decodes, every replayed step's requests equal their references with no NaN; where the eager
     stand-in ran, the frozen control (the capture's metadata copied, as a builder that copies
     would leave it) is off on every replay, so the stand-in can fail."""
-    case = next(c for c in report["graph_replays"] if c["case"] == name)
+    case = next(c for c in report.extras["graph_replays"] if c["case"] == name)
     result = case[kind]
     assert graph is None or result.get("graph") == graph, result
     assert "error" not in result, result["error"]
@@ -130,9 +125,8 @@ def check_graph_replay(report: dict, name: str, kind: str, graph: str | None = N
     tolerance = case["tolerance"]
     assert len(result["replays"]) == 2
     for rows in result["replays"]:
-        bad = {r["req_id"] for r in rows if r["nan"] or r["error"] > tolerance}
-        assert bad == set(), (name, kind, rows)
+        assert bad(rows, tolerance) == set(), (name, kind, rows)
     if result["graph"] == "eager stand-in":
         assert len(result["frozen_replays"]) == len(result["replays"])
         for rows in result["frozen_replays"]:
-            assert any(r["nan"] or r["error"] > tolerance for r in rows), (name, kind, rows)
+            assert bad(rows, tolerance), (name, kind, rows)

@@ -1,83 +1,197 @@
-"""The forward tier's runner with what only the tests run: vLLM's Scheduler steps as cases, the
-CUDA-graph replay cases and planted defects. ``python -m tests.helpers.forward_child`` (the
-repository's root on ``PYTHONPATH``) takes the shipped runner's arguments and these."""
+"""The forward tier's child: the shipped runner's library with what only the tests add, run in a
+fresh interpreter through the commands' own child protocol (``diagnostics.child``).
+
+The tests add AITER's own Triton ``unified_attention`` on CPU (``aiter_triton``), controls
+(the plugin's builder with vLLM's impl, and with vLLM's build() code), vLLM's Scheduler steps as
+cases, the CUDA-graph replay cases, and planted defects (``forward_mutations``), each run in a
+forward environment of its own after the unmutated run. ``python -m tests.helpers.forward_child``
+(the repository's root on ``PYTHONPATH``) reads a :class:`TierRequest` on stdin.
+"""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import forward_mutations, graph_replay, scheduler_trace
+import torch
+
+from vllm_rocm_aiter_plugin.diagnostics import child
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
+    CaseResult,
+    ForwardReport,
+    ForwardRequest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _graph_replays(wanted: bool, kinds: Sequence[str]) -> dict[str, Any]:
-    """The report's ``graph_replays`` entry, computed with the runner, where ``wanted``."""
-    return {"graph_replays": functools.partial(graph_replay.run_all, kinds=kinds)} if wanted else {}
+@dataclass
+class TierRequest:
+    """A forward request and the tests' additions: which cases also run the ``CONTROLS``,
+    whether to add the Scheduler's steps and the graph replays, and each mutation's cases."""
+
+    forward: ForwardRequest
+    controls: list[str] = field(default_factory=list)
+    scheduler_steps: bool = False
+    graph_replays: bool = False
+    mutations: dict[str, list[str]] = field(default_factory=dict)
+    aiter_kernel: bool = True  # AITER's own Triton kernel where its wheel loads (CPU)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "forward": self.forward.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TierRequest:
+        return cls(**{**data, "forward": ForwardRequest.from_json(data["forward"])})
 
 
-def _with_mutations(
-    mutations: Sequence[str], produce: Callable[[], dict[str, Any]]
-) -> dict[str, Any]:
-    """``produce()``'s report with ``mutations`` planted around it, and named in it."""
-    with forward_mutations.planted(mutations):
-        report = produce()
-    report["mutations"] = list(mutations)
+def controls() -> dict[str, type]:
+    """``plugin-builder-only``: the plugin's builder with vLLM's own impl (what the plugin's impl
+    is there for); ``plugin-vllm-build``: the plugin's backend whose builder runs vLLM's build()
+    code with the plugin's split (``own_build=False``: stock's context chunk sizes)."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
+
+    from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
+    from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
+
+    builder = type(
+        "PluginBuilderWithVllmBuild",
+        (PluginAiterFlashAttentionMetadataBuilder,),
+        {"__init__": functools.partialmethod(
+            PluginAiterFlashAttentionMetadataBuilder.__init__, own_build=False)},
+    )  # fmt: skip
+    return {
+        "plugin-builder-only": type(
+            "PluginBuilderOnlyBackend",
+            (PluginAiterFlashAttentionBackend,),
+            {"get_impl_cls": staticmethod(lambda: AiterFlashAttentionImpl)},
+        ),
+        "plugin-vllm-build": type(
+            "PluginVllmBuildBackend",
+            (PluginAiterFlashAttentionBackend,),
+            {"get_builder_cls": staticmethod(lambda: builder)},
+        ),
+    }
+
+
+def unified_attention(device: torch.device, aiter_kernel: bool) -> Any:
+    """AITER's own Triton kernel on CPU where its wheel loads; else the shipped default."""
+    if device.type == "cpu" and aiter_kernel:
+        from tests.helpers.aiter_triton import load_unified_attention
+
+        kernel, why_not = load_unified_attention()
+        if kernel is not None:
+            return kernel
+        default = runner.unified_attention_for(device)
+        if default is not None:
+            default.origin = f"the torch reference ({why_not})"
+        return default
+    return runner.unified_attention_for(device)
+
+
+def run(tier: TierRequest) -> ForwardReport:
+    """``tier`` in this process."""
+    import vllm
+
+    from tests.helpers import forward_mutations, graph_replay, scheduler_trace
+
+    request = tier.forward
+    device = torch.device(request.device)
+    unavailable = runner.why_unavailable(device)
+    if unavailable:
+        return ForwardReport(vllm=vllm.__version__, unavailable=unavailable)
+    backends = {kind: runner.backend_for(kind) for kind in request.kinds}
+    cases = [*request.cases, *(scheduler_trace.scheduler_cases() if tier.scheduler_steps else [])]
+    kernel = unified_attention(device, tier.aiter_kernel)
+    with runner.forward_environment(device, request.gather_budget, kernel) as forward:
+        report = forward.report()
+        report.cases = [
+            forward.run_case(
+                case, {**backends, **(controls() if case.name in tier.controls else {})}
+            )
+            for case in runner.cases_here(cases)
+        ]
+        if tier.graph_replays:
+            report.extras["graph_replays"] = graph_replay.run_all(forward, backends)
+        forward.count_calls(report)
+    by_name = {case.name: case for case in request.cases}
+    for name, names in tier.mutations.items():
+        on_aiter = tier.aiter_kernel and name not in forward_mutations.OF_THE_REFERENCE
+        kernel = unified_attention(device, on_aiter)
+        with (
+            forward_mutations.planted(name, kernel),
+            runner.forward_environment(device, request.gather_budget, kernel) as forward,
+        ):
+            ran = [forward.run_case(by_name[n], backends) for n in names]
+        report.extras.setdefault("mutations", {})[name] = {
+            "cases": [dataclasses.asdict(c) for c in ran],
+            "unified_attention": kernel.to_json() if kernel is not None else {},
+        }
     return report
 
 
-def run(
-    *, graph_replays: bool = False, mutations: Sequence[str] = (), **settings: Any
-) -> dict[str, Any]:
-    """:func:`runner.run` in this process, with the tests' additions."""
-    extra = _graph_replays(graph_replays, settings.get("kinds", runner.KINDS))
-    return _with_mutations(mutations, lambda: runner.run(**settings, extra=extra))
+def mutated(report: ForwardReport, name: str) -> tuple[list[CaseResult], dict[str, Any]]:
+    """The cases mutation ``name`` ran, and what ran as AITER's ``unified_attention`` there."""
+    found = report.extras["mutations"][name]
+    return [CaseResult.from_json(c) for c in found["cases"]], found["unified_attention"]
 
 
-def run_in_child(
-    *,
-    scheduler_steps: bool = False,
-    graph_replays: bool = False,
-    mutations: Sequence[str] = (),
-    extra_env: dict[str, str] | None = None,
-    **settings: Any,
-) -> dict[str, Any]:
-    """:func:`runner.run_in_child` through this module, the repository's root on the path."""
-    args = ["--scheduler-steps"] if scheduler_steps else []
-    args += ["--graph-replay"] if graph_replays else []
-    args += ["--mutate", *mutations] if mutations else []
-    env = dict(extra_env or {})
-    path = env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), path]))
-    return runner.run_in_child(module=__name__, extra_args=args, extra_env=env, **settings)
+def run_in_child(tier: TierRequest, env: Mapping[str, str] | None = None) -> ForwardReport:
+    """:func:`run` in a fresh interpreter, the repository's root on its path."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    done = child.run(
+        ["-m", __name__], request=tier.to_json(), timeout=3600,
+        env={**runner.child_env(tier.forward.device), "PYTHONPATH": path, **(env or {})},
+    )  # fmt: skip
+    if done.result is None:
+        raise RuntimeError(f"the forward child exited {done.returncode}:\n{done.output[-4000:]}")
+    return ForwardReport.from_json(done.result)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser: argparse.ArgumentParser = runner.argument_parser()
-    parser.add_argument(
-        "--scheduler-steps",
-        action="store_true",
-        help="also run steps of vLLM's Scheduler on the serving trace's workloads",
-    )
-    parser.add_argument(
-        "--graph-replay", action="store_true", help="also run the CUDA-graph replay cases"
-    )
-    parser.add_argument("--mutate", nargs="*", default=(),
-                        choices=sorted(forward_mutations.MUTATIONS),
-                        help="plant a defect the tier must catch")  # fmt: skip
-    args = parser.parse_args(argv)
-    more = scheduler_trace.scheduler_cases() if args.scheduler_steps else []
-    extra = _graph_replays(args.graph_replay, args.kinds)
-    report = _with_mutations(args.mutate, lambda: runner.run_parsed(args, more, extra))
-    return runner.emit(report, args.json)
+def main() -> int:
+    report = run(TierRequest.from_json(child.read_request()))
+    child.report(report.to_json())
+    return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2", "v2-sinks")
+MUTATED_CASES = {
+    "reference-drops-kv-scales": ["eagle-mixed-v2-fp8-e4m3fnuz"],
+    "widened-fp8-caches": ["eagle-mixed-v2-fp8-e4m3fnuz"],
+    "reference-drops-sink-on-causal-calls": ["v2-sinks"],
+}
+
+
+@functools.cache
+def tier_report() -> ForwardReport:
+    """The CPU forward tier's one run, shared by the ``tests/forward`` modules (one xdist group):
+    every case, the controls, the Scheduler's steps, the graph replays and the mutations."""
+    from tests.helpers.forward_cases import CASES
+
+    return run_in_child(
+        TierRequest(
+            ForwardRequest(list(CASES)), list(CONTROL_CASES), scheduler_steps=True,
+            graph_replays=True, mutations=MUTATED_CASES,
+        )
+    )  # fmt: skip
+
+
+def tier_report_or_skip() -> ForwardReport:
+    """:func:`tier_report`; a skip, with its reason, where vLLM's forward cannot run here."""
+    import pytest
+
+    report = tier_report()
+    if report.unavailable:
+        pytest.skip(report.unavailable)
+    return report

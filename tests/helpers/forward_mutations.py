@@ -1,18 +1,18 @@
 """Defects planted in the forward tier's stand-ins, each of which the tier must catch: its tests
-(``tests/test_forward_fp8.py``, ``tests/test_sinks.py``) run each one and expect failures. Only
-the tests' child (:mod:`tests.helpers.forward_child`) plants them; what ships never does."""
+run each one (``tests/helpers/forward_child.py``, after the unmutated run) and expect failures.
+They change the plugin's own stand-ins (never vLLM); what ships never plants them."""
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
 import torch
 
-from vllm_rocm_aiter_plugin.diagnostics.forward import aiter_triton, reference_kernels, runner
+from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
 
 MUTATIONS = {
     "reference-drops-kv-scales": "the unified_attention reference ignores k_descale/v_descale",
@@ -22,13 +22,15 @@ MUTATIONS = {
     "on causal calls, as a CK that sets the sink to -inf under a mask without AITER's "
     "compensation would",
 }
+OF_THE_REFERENCE = frozenset({"reference-drops-kv-scales"})
+"""Mutations of the torch reference of ``unified_attention``: run with that reference as the
+kernel (elsewhere AITER's own kernel runs, where its wheel loads)."""
 
 
 def _reference_without_kv_scales(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, **kwargs: Any
 ) -> None:
-    """The ``unified_attention`` reference handed descales of 1: a reference that drops the
-    cache's scales."""
+    """The ``unified_attention`` reference handed descales of 1: one that drops the scales."""
     ones = {
         name: torch.ones_like(kwargs[name])
         for name in ("k_descale", "v_descale")
@@ -48,45 +50,23 @@ def _varlen_dropping_sink_on_causal_calls(*args: Any, **kwargs: Any) -> Any:
     return _VARLEN(*call.args, **call.kwargs)
 
 
-def _mutated_unified_attention(names: Sequence[str]) -> Any:
-    unmutated = runner.unified_attention_for
-
-    def unified_attention_for(device: torch.device) -> aiter_triton.UnifiedAttention:
-        kernel = unmutated(device)
-        if kernel is None:
-            raise RuntimeError("no mutation applies where AITER's real kernels run (ROCm)")
-        if "reference-drops-kv-scales" in names:
-            kernel.reference = _reference_without_kv_scales
-            if not kernel.is_aiter:
-                kernel.function = _reference_without_kv_scales
-        if "widened-fp8-caches" in names:
-            kernel.widen_fp8_caches = True
-        return kernel
-
-    return unified_attention_for
-
-
 @contextlib.contextmanager
-def planted(names: Sequence[str]) -> Iterator[None]:
-    """Within the block, the forward runner's stand-ins carry the defects ``names``."""
-    unknown = sorted(set(names) - set(MUTATIONS))
-    if unknown:
-        raise ValueError(f"unknown mutations {unknown}; known: {sorted(MUTATIONS)}")
+def planted(name: str, unified_attention: Any) -> Iterator[None]:
+    """Within the block, the forward runner's stand-ins carry the defect ``name``;
+    ``unified_attention`` is what the block's runner runs as AITER's kernel."""
+    if name not in MUTATIONS:
+        raise ValueError(f"unknown mutation {name!r}; known: {sorted(MUTATIONS)}")
+    if unified_attention is None or reference_kernels.aiter_available():
+        raise RuntimeError("no mutation applies where AITER's real kernels run (ROCm)")
+    if name == "reference-drops-kv-scales":
+        unified_attention.reference = _reference_without_kv_scales
+        if not unified_attention.is_aiter:
+            unified_attention.function = _reference_without_kv_scales
+    if name == "widened-fp8-caches":
+        unified_attention.widen_fp8_caches = True
     with contextlib.ExitStack() as stack:
-        if {"reference-drops-kv-scales", "widened-fp8-caches"} & set(names):
-            stack.enter_context(
-                mock.patch.object(
-                    runner, "unified_attention_for", _mutated_unified_attention(names)
-                )
-            )
-        if "reference-drops-sink-on-causal-calls" in names:
-            if reference_kernels.aiter_available():
-                raise RuntimeError("no mutation applies where AITER's real kernels run (ROCm)")
-            stack.enter_context(
-                mock.patch.object(
-                    reference_kernels,
-                    "flash_attn_varlen_func",
-                    _varlen_dropping_sink_on_causal_calls,
-                )
-            )
+        if name == "reference-drops-sink-on-causal-calls":
+            stack.enter_context(mock.patch.object(
+                reference_kernels, "flash_attn_varlen_func", _varlen_dropping_sink_on_causal_calls
+            ))  # fmt: skip
         yield

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +36,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     decode,
     lay_out,
 )
+from vllm_rocm_aiter_plugin.diagnostics.forward.runner import own_build_ran
 
 EAGLE_STEP = tuple(decode(f"decode-{i}", 60 + 13 * i, 4, 3) for i in range(4))
 DECODE_STEP = tuple(decode(f"decode-{i}", 60 + 13 * i) for i in range(4))
@@ -163,8 +164,10 @@ def graph_for(device: torch.device) -> EagerStandIn | CudaGraph:
     return EagerStandIn()
 
 
-def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[str, Any]:
-    """Capture ``case``'s dummy batch with ``kind``'s backend, replay the later steps on it."""
+def run_kind(
+    runner: Any, case: ForwardCase, kind: str, backend: type, seed: int = 0
+) -> dict[str, Any]:
+    """Capture ``case``'s dummy batch with ``backend``, replay the later steps on it."""
     device = runner.device
     captured = lay_out(case, capture_step(case), device, seed)
     steps = [
@@ -172,10 +175,9 @@ def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[s
         for i, requests in enumerate(replay_steps(case))
     ]
     result: dict[str, Any] = {"kind": kind}
-    bodies = harness.BuildBodies()
     try:
         config, layer, kv_cache, group = runner.prepare(
-            case, kind, max(s.num_blocks for s in (captured, *steps)), bodies
+            case, backend, max(s.num_blocks for s in (captured, *steps))
         )
         inputs = PersistentInputs.for_steps([captured, *steps])
         max_model_len = int(config.model_config.max_model_len)
@@ -185,8 +187,7 @@ def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[s
         graph = graph_for(device)
         result["graph"] = graph.mode
         result["regions"] = [meta.num_decodes, meta.num_extends, meta.num_prefills]
-        if bodies.own or bodies.vllm:
-            result["builder_body"] = "own" if bodies.own else "vllm-build"
+        result["own_build"] = own_build_ran(group)
         decode_metadata = getattr(meta, "decode_metadata", None)
         result["sliding_window_decode_tables"] = (
             getattr(decode_metadata, "swa_block_table", None) is not None
@@ -207,27 +208,32 @@ def run_kind(runner: Any, case: ForwardCase, kind: str, seed: int = 0) -> dict[s
                     layer, step.context_k, step.context_v, kv_cache, step.context_slots
                 )
             runner.metadata(group, case, inputs.hold(step))  # the step's build, then the replay
-            result["replays"].append(runner.judge(case, step, meta, graph.replay()))
+            result["replays"].append(rows(runner.judge(case, step, meta, graph.replay())))
             if frozen is not None:
-                result["frozen_replays"].append(runner.judge(case, step, meta, forward(frozen)))
+                frozen_rows = runner.judge(case, step, meta, forward(frozen))
+                result["frozen_replays"].append(rows(frozen_rows))
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     return result
 
 
-def run_case(runner: Any, case: ForwardCase, kinds: Sequence[str]) -> dict[str, Any]:
-    """One replay case with each backend of ``kinds``."""
+def rows(judged: list[Any]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(row) for row in judged]
+
+
+def run_case(runner: Any, case: ForwardCase, backends: Mapping[str, type]) -> dict[str, Any]:
+    """One replay case with each of ``backends`` (kind -> backend class)."""
     result: dict[str, Any] = {
         "case": case.name,
         "tolerance": TOLERANCE[case.dtype],
         "note": case.note,
         "configuration": configuration(case),
     }
-    for kind in kinds:
-        result[kind] = run_kind(runner, case, kind)
+    for kind, backend in backends.items():
+        result[kind] = run_kind(runner, case, kind, backend)
     return result
 
 
-def run_all(runner: Any, kinds: Sequence[str]) -> list[dict[str, Any]]:
-    """Every replay case with each backend of ``kinds``: the report's ``graph_replays``."""
-    return [run_case(runner, case, kinds) for case in REPLAY_CASES]
+def run_all(runner: Any, backends: Mapping[str, type]) -> list[dict[str, Any]]:
+    """Every replay case with each of ``backends``: the report's ``graph_replays``."""
+    return [run_case(runner, case, backends) for case in REPLAY_CASES]

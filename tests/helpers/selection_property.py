@@ -1,5 +1,5 @@
 """The selection property, run in an emulated ROCm child process by
-``tests/test_backend_selection.py`` (:func:`main`, first thing in the child).
+``tests/commands/test_backend_selection.py`` (:func:`machine`).
 
 For every draw (a name for ``VLLM_ATTENTION_BACKEND`` x a kind of attention layer x head size x
 dtype x KV-cache dtype x block size), on this process's GPU and AITER: the plugin's pick is
@@ -18,7 +18,7 @@ import traceback
 from collections import Counter
 from typing import Any
 
-from tests.helpers.emulated_rocm import emulate
+from tests.helpers.depth import examples as depth
 
 EXTRA_KINDS: tuple[tuple[str, dict[str, Any], bool, str | None], ...] = (
     # label, AttentionSelectorConfig fields, encoder-decoder model, the run's cache dtype
@@ -151,11 +151,27 @@ def construct_impl(backend_cls: Any, layer: Any) -> None:
 
 
 EXAMPLES = 1500
-"""Hypothesis examples per machine (each draw costs a few ms; the child's start ~8 s)."""
+"""Hypothesis examples per machine in a deep run (``tests/helpers/depth.py``)."""
+SCENARIO_MACHINES = (("gfx942", False), ("gfx90a", True), ("gfx1100", True), ("gfx942", True))
+"""Where the reported defects are checked too (``selection_scenarios``): AITER missing, or present
+on GPUs it does not support; and the MI300 control, where it is."""
 
 
-def main(arch: str, aiter: bool, examples: int = EXAMPLES) -> dict[str, Any]:
-    emulate(arch, aiter)
+def machine(arch: str, aiter: bool) -> dict[str, Any]:
+    """Everything the selection tests ask of one emulated machine, in its child process."""
+    from vllm.platforms import current_platform
+
+    from tests.helpers import selection_scenarios
+    from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
+
+    assert isinstance(current_platform, AiterRocmPlatform), type(current_platform)
+    found = {"property": main(arch, aiter)}
+    if (arch, aiter) in SCENARIO_MACHINES:
+        found["scenarios"] = selection_scenarios.facts(arch, aiter)
+    return found
+
+
+def main(arch: str, aiter: bool) -> dict[str, Any]:
     import contextlib
     import importlib.util
     from pathlib import Path
@@ -168,12 +184,12 @@ def main(arch: str, aiter: bool, examples: int = EXAMPLES) -> dict[str, Any]:
     from vllm.utils.import_utils import resolve_obj_by_qualname
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
+    from tests.helpers.aiter_triton import loading
     from vllm_rocm_aiter_plugin import env_backend
     from vllm_rocm_aiter_plugin.diagnostics import backend_choice, samples
     from vllm_rocm_aiter_plugin.diagnostics.backend_choice import LayerKind
-    from vllm_rocm_aiter_plugin.diagnostics.forward.aiter_triton import loading
+    from vllm_rocm_aiter_plugin.log import LOGGER_NAME
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
-    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
 
     lines = _Lines()
     logging.getLogger(LOGGER_NAME).addHandler(lines)
@@ -217,7 +233,7 @@ def main(arch: str, aiter: bool, examples: int = EXAMPLES) -> dict[str, Any]:
 
     kv_dtypes = [None, *typing.get_args(CacheDType)]
 
-    @settings(max_examples=examples, database=None, derandomize=True, deadline=None,
+    @settings(max_examples=depth(EXAMPLES), database=None, derandomize=True, deadline=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(
         name=half_served(rocm_names(), names()),
@@ -293,12 +309,10 @@ def doctor_agrees(every: list[str]) -> list[str]:
     import torch
     from vllm.config import set_current_vllm_config
 
-    from vllm_rocm_aiter_plugin.diagnostics import backend_choice, doctor, samples
+    from vllm_rocm_aiter_plugin.diagnostics import backend_choice, samples
     from vllm_rocm_aiter_plugin.env_backend import ENV_VAR, resolve
-    from vllm_rocm_aiter_plugin.envs import VARIABLES
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
 
-    variable = next(v for v in VARIABLES if v.name == ENV_VAR)
     configs = {flag: samples.tiny_vllm_config(encoder_decoder=flag) for flag in (False, True)}
     wrong = []
     for name in every:
@@ -317,10 +331,10 @@ def doctor_agrees(every: list[str]) -> list[str]:
                 except ValueError:
                     continue
             honoured.append(name_of(path) == reading.value.name)
-        report = doctor._attention_backend_report(variable, name, reading)
+        judged, note = backend_choice.variable_reading(name, 128, "auto", None)
         expected = "nothing" if all(honoured) else "PROBLEM" if not any(honoured) else "NOTE"
-        said = "PROBLEM" if report.problem else "NOTE" if report.note else "nothing"
-        exit_code = 1 if report.problem else 0  # a PROBLEM line is an exit 1 (test_doctor.py)
+        said = "PROBLEM" if judged.problem else "NOTE" if note else "nothing"
+        exit_code = 1 if judged.problem else 0  # a PROBLEM line is an exit 1 (the doctor's tests)
         if said != expected or exit_code != (expected == "PROBLEM"):
             wrong.append(f"{name}: the doctor says {said}, the selection honours {honoured}")
     return wrong

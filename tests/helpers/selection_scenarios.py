@@ -1,6 +1,6 @@
-"""The cases issue reports named, on one emulated ROCm machine (``tests/test_backend_selection.py``
-runs :func:`facts` first thing in a child process): what stock and the plugin's platform give,
-what the plugin logs, whether the pick's impl constructs, and what the doctor says.
+"""The cases issue reports named, on one emulated ROCm machine (``selection_property.machine``
+runs :func:`facts` in its child process): what stock and the plugin's platform give, what the
+plugin logs, whether the pick's impl constructs, and what the doctor says.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import os
 import types
 from typing import Any
 
-from tests.helpers.emulated_rocm import emulate
 from tests.helpers.selection_property import construct_impl, name_of
 
 AITER_BACKENDS = ("ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA")
@@ -30,7 +29,6 @@ class _Lines(logging.Handler):
 
 
 def facts(arch: str, aiter: bool) -> dict[str, Any]:
-    emulate(arch, aiter)
     import contextlib
     import importlib.util
     import typing
@@ -44,13 +42,13 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import get_attn_backend
 
+    from tests.helpers.aiter_triton import loading
     from tests.helpers.doctor_answers import healthy_in_process_checks
     from vllm_rocm_aiter_plugin import env_backend
     from vllm_rocm_aiter_plugin.diagnostics import backend_choice, doctor, samples
     from vllm_rocm_aiter_plugin.diagnostics.backend_choice import KINDS, LayerKind
-    from vllm_rocm_aiter_plugin.diagnostics.forward.aiter_triton import loading
+    from vllm_rocm_aiter_plugin.log import LOGGER_NAME
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
-    from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
 
     handler = _Lines()
     logging.getLogger(LOGGER_NAME).addHandler(handler)

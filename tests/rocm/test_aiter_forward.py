@@ -1,7 +1,7 @@
 """MI300 tier: the forward cases of the CPU tier, on real AITER kernels and vLLM's own ROCm
 kernels (``cp_mha_gather_cache``, the ROCm merge), in this process on the GPU.
 
-Same case list (``diagnostics/forward/cases.py``) and same assertions (``tests/helpers/forward_checks.py``)
+Same case list (``tests/helpers/forward_cases.py``) and same assertions (``tests/helpers/forward_checks.py``)
 as the CPU tier; no kernel is replaced (the shuffle-layout cases switch that layout on for vLLM's
 methods through private globals, as on CPU). The first run here also checks what the CPU tier's torch
 references assume of AITER (a query with no key gives output 0 and lse -inf; causal masks aligned
@@ -13,24 +13,22 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import forward_checks, forward_child, graph_replay
+from tests.helpers.forward_cases import CASES
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
+from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardReport, ForwardRequest
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.forward]
 
 
 @pytest.fixture(scope="module")
-def report(device) -> dict:
+def report(device) -> ForwardReport:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    result = forward_child.run(
-        device=str(device), gather_budget=None, cases=CASES, graph_replays=True
-    )
-    assert "unavailable" not in result, result.get("unavailable")
-    assert result["references"] == [], (
-        f"real kernels expected, got references {result['references']}"
-    )
+    request = ForwardRequest(list(CASES), device=str(device), gather_budget=None)
+    result = forward_child.run(forward_child.TierRequest(request, graph_replays=True))
+    assert result.unavailable is None, result.unavailable
+    assert result.references == [], f"real kernels expected, got references {result.references}"
     return result
 
 

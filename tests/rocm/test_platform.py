@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers.subprocess_util import run_child
 
-pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.subprocess]
+pytestmark = [pytest.mark.rocm, pytest.mark.mi300]
 
 
 @pytest.mark.parametrize(

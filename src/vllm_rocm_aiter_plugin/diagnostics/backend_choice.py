@@ -139,6 +139,30 @@ def judge(name: str, found: list[tuple[LayerKind, Any]]) -> Verdict:
     )
 
 
+def variable_reading(
+    raw: str | None, head_size: int, kv_cache_dtype: str, block_size: int | None
+) -> tuple[Any, str | None]:
+    """The doctor's reading of ``VLLM_ATTENTION_BACKEND=raw`` (an ``envs.Reading``) and its note:
+    which backend the name selects (``env_backend.resolve``), and whether it is honoured here
+    (:func:`verdict_here`), for layers of ``head_size`` and ``kv_cache_dtype``."""
+    from vllm_rocm_aiter_plugin.env_backend import resolve
+    from vllm_rocm_aiter_plugin.envs import Reading
+
+    reading = resolve(raw)
+    if reading.value is None:
+        return reading, None
+    name = reading.value.name
+    try:
+        verdict = verdict_here(name, head_size, kv_cache_dtype, block_size)
+    except (LookupError, OSError, SyntaxError) as exc:
+        problem = (
+            f"{ENV_VAR}={name}: whether it is honoured could not be checked on this vLLM "
+            f"({type(exc).__name__}: {exc})"
+        )
+        return Reading(reading.value, reading.meaning, problem), None
+    return Reading(reading.value, verdict.meaning or reading.meaning, verdict.problem), verdict.note
+
+
 def verdict_here(
     name: str, head_size: int = 128, kv_cache_dtype: str = "auto", block_size: int | None = None
 ) -> Verdict:

@@ -96,13 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "doctor":
             from vllm_rocm_aiter_plugin import envs
-            from vllm_rocm_aiter_plugin.diagnostics import doctor
+            from vllm_rocm_aiter_plugin.diagnostics import doctor_output
+            from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ServingConfiguration
 
             shuffle = envs.read(envs.SHUFFLE_LAYOUT).value
-            configuration = doctor.ServingConfiguration(
+            configuration = ServingConfiguration(
                 args.kv_cache_dtype, args.block_size, args.head_size, "SHUFFLE" if shuffle else None
             )
-            code = doctor.run(as_json=args.json, configuration=configuration)
+            code = doctor_output.run(as_json=args.json, configuration=configuration)
         else:
             from vllm_rocm_aiter_plugin.diagnostics import demo
 

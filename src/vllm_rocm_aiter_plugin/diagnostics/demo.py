@@ -21,14 +21,12 @@ last line, :mod:`.vllm_log` prints what an operator needs of them on stderr.
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from vllm_rocm_aiter_plugin.diagnostics import vllm_log
 
-BUG_3_CASE = "v1-eagle-short-prompt-multi-chunk"
-BUG_3_V2_CASE = "multi-chunk-v2"
-"""The forward cases of section 3 (``diagnostics/forward/cases.py``): in V1 order, and in V2
-order where the installed vLLM has no V1 runner."""
+if TYPE_CHECKING:
+    from vllm_rocm_aiter_plugin.diagnostics.forward.report import CaseResult
 
 
 def _counts(meta: Any) -> str:
@@ -67,12 +65,9 @@ def _report(out: TextIO) -> tuple[int, str]:
     from vllm.plugins import load_general_plugins
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from vllm_rocm_aiter_plugin import __version__, policy
+    from vllm_rocm_aiter_plugin import __version__, policy, releases
 
-    tested = (
-        f"{policy.format_version(policy.MIN_SUPPORTED_VLLM)}-"
-        f"{policy.format_version(policy.NEWEST_TESTED_VLLM)}"
-    )
+    tested = f"{releases.OLDEST}-{releases.NEWEST}"
     print(
         f"vllm-rocm-aiter-plugin {__version__} on vLLM {vllm.__version__} (tested {tested}: "
         f"{'yes' if policy.in_tested_range(vllm.__version__) else 'NO'}), torch {torch.__version__}",
@@ -140,69 +135,63 @@ def _attention_output(out: TextIO) -> bool:
     """Both steps through vLLM's real forward (one fresh process); each request's error."""
     import torch
 
-    from vllm_rocm_aiter_plugin.diagnostics.forward import kernels_ran, runner
-    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES_BY_NAME
+    from vllm_rocm_aiter_plugin.diagnostics.forward import cases, runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardRequest
     from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
 
     no_v1 = why_no_v1_order()
-    bug_3 = CASES_BY_NAME[BUG_3_V2_CASE if no_v1 else BUG_3_CASE]
+    bug_3 = cases.DEMO_BUG_3_V2_CASE if no_v1 else cases.DEMO_BUG_3_CASE
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"\n   Attention output, vLLM's real ROCM_AITER_FA forward on {device} (largest "
           "|output - reference| per request; the reference attends to the whole context):",
           file=out)  # fmt: skip
     try:
         report = runner.run_in_child(
-            ["v2-example", bug_3.name], kinds=("stock", "registered"), device=device
+            ForwardRequest([cases.DEMO_V2_CASE, bug_3], ["stock", "registered"], device)
         )
     except Exception as exc:
         print(f"   could not run: {type(exc).__name__}: {str(exc)[-300:]}", file=out)
         return False
-    if "unavailable" in report:
-        print(f"   could not run: {report['unavailable']}", file=out)
+    if report.unavailable:
+        print(f"   could not run: {report.unavailable}", file=out)
         return False
-    v2_case, bug_3_case = report["cases"]
+    v2_case, bug_3_case = report.cases
     right = _output_table(out, v2_case)
-    print(f"   (tolerance {v2_case['tolerance']}; {kernels_ran.kernels_line(report)})", file=out)
+    print(f"   (tolerance {v2_case.tolerance}; {report.kernels_line()})", file=out)
 
-    rows = bug_3_case["stock"].get("rows", [])
-    steps = ", ".join(f"{r['query']} new + {r['context']} cached" for r in rows)
+    rows = bug_3_case["stock"].rows
+    steps = ", ".join(f"{r.query} new + {r.context} cached" for r in rows)
     if no_v1:
         print(f"\n3. NaN from empty context chunks. {no_v1[0].upper()}{no_v1[1:]}. A model-runner "
               f"V2 step (threshold 1): {steps}. The plugin's split puts the new prompt in an "
-              f"extend region of {bug_3_case['registered'].get('chunks', '?')} context chunks, "
-              "where it has no context to read.", file=out)  # fmt: skip
+              f"extend region of {bug_3_case['registered'].chunks} context chunks, where it has "
+              "no context to read.", file=out)  # fmt: skip
     else:
         print("\n3. NaN from empty context chunks. An EAGLE step (3 speculative tokens, threshold "
               f"4) in vLLM's own V1 order: {steps}. The 2-token new prompt lands in an extend "
-              f"region of {bug_3_case['stock'].get('chunks', '?')} context chunks, where it has no "
-              "context to read.", file=out)  # fmt: skip
-    if not report["merge_makes_nan_of_empty_states"]:
-        print(f"  Bug 3 does not apply to vLLM {report['vllm']}: its merge keeps two empty "
+              f"region of {bug_3_case['stock'].chunks} context chunks, where it has no context "
+              "to read.", file=out)  # fmt: skip
+    if not report.merge_makes_nan_of_empty_states:
+        print(f"  Bug 3 does not apply to vLLM {report.vllm}: its merge keeps two empty "
               "chunks finite.", file=out)  # fmt: skip
-    right = _output_table(out, bug_3_case) and right
-    return right
+    return _output_table(out, bug_3_case) and right
 
 
-def _output_table(out: TextIO, case: dict[str, Any]) -> bool:
+def _output_table(out: TextIO, case: CaseResult) -> bool:
     """Stock's and the plugin's region and error per request; whether the plugin is right."""
-    results = {kind: case[kind] for kind in ("stock", "registered")}
-    for kind, result in results.items():
-        if "error" in result:
-            print(f"   {'the plugin' if kind == 'registered' else kind}: {result['error']}",
-                  file=out)  # fmt: skip
-    if any("error" in result for result in results.values()):
+    stock, plugin = case["stock"], case["registered"]
+    for name, outcome in (("stock", stock), ("the plugin", plugin)):
+        if outcome.error:
+            print(f"   {name}: {outcome.error}", file=out)
+    if stock.error or plugin.error:
         return False
-    tolerance = case["tolerance"]
     print(f"   {'request':<16} {'stock: region':>14} {'error':>14}   {'plugin: region':>15} "
           f"{'error':>14}", file=out)  # fmt: skip
-    right = True
-    for stock_row, row in zip(results["stock"]["rows"], results["registered"]["rows"], strict=True):
+    for stock_row, row in zip(stock.rows, plugin.rows, strict=True):
         cells = []
         for r in (stock_row, row):
-            wrong = r["nan"] or r["error"] > tolerance
-            value = "NaN" if r["nan"] else f"{r['error']:.4f}"
-            cells.append((r["region"], value + (" WRONG" if wrong else "")))
-        right = right and not (row["nan"] or row["error"] > tolerance)
-        print(f"   {row['req_id']:<16} {cells[0][0]:>14} {cells[0][1]:>14}   {cells[1][0]:>15} "
+            value = "NaN" if r.nan else f"{r.error:.4f}"
+            cells.append((r.region, value + (" WRONG" if r.wrong(case.tolerance) else "")))
+        print(f"   {row.req_id:<16} {cells[0][0]:>14} {cells[0][1]:>14}   {cells[1][0]:>15} "
               f"{cells[1][1]:>14}", file=out)  # fmt: skip
-    return right
+    return not plugin.wrong(case.tolerance)

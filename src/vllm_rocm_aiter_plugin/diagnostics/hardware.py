@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MI300_CLASS_ARCHS = ("gfx942", "gfx950")
 """gfx942: MI300X, MI300A, MI325X; gfx950: MI350X, MI355X."""
@@ -15,12 +15,11 @@ class GpuInfo:
     name: str
     arch: str | None  # gfx target on ROCm (e.g. gfx942), "sm_90" style on CUDA
     is_rocm: bool
+    mi300_class: bool = field(init=False)
 
-    @property
-    def mi300_class(self) -> bool:
-        return (
-            self.is_rocm and self.arch is not None and self.arch.split(":")[0] in MI300_CLASS_ARCHS
-        )
+    def __post_init__(self) -> None:
+        arch = (self.arch or "").split(":")[0]
+        object.__setattr__(self, "mi300_class", self.is_rocm and arch in MI300_CLASS_ARCHS)
 
 
 def detect_gpu() -> GpuInfo | None:

@@ -1,13 +1,13 @@
-"""Probes of the installed vLLM, shared by the demo and the doctor: behaviour, not version strings."""
+"""Probes of the installed vLLM, shared by the demo and the doctor: behaviour, not version strings.
+
+vLLM's own split on the batches that break it (:func:`probe_stock_split`,
+:func:`probe_stock_v2_order`), and a builder on those batches (:func:`check_builder_behaviour`,
+which the forward child runs on whatever ``ROCM_AITER_FA`` resolves to).
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,111 +117,3 @@ def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
                 + ("" if ok else " (a request is attended wrongly)"),
             }
     return results
-
-
-RESULT_MARK = "@@RESULT@@"
-"""A child reports one JSON object on a stdout line that starts with this mark."""
-
-
-@dataclass
-class ChildResult:
-    returncode: int
-    result: Any  # the last reported object, None if the child reported nothing
-    output: str  # stdout and stderr
-
-
-def load_scaled(seconds: float) -> float:
-    """``seconds`` for an idle machine, stretched by how far the load average exceeds the cores
-    (the doctor's children import vLLM: minutes of CPU on a loaded machine)."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform
-        return seconds
-    return seconds * max(1.0, load / (os.cpu_count() or 1))
-
-
-def _load_words() -> str:
-    try:
-        return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    except OSError:
-        return "load unknown"
-
-
-def run_process(
-    command: list[str], env: Mapping[str, str], cwd: str | None, timeout: float
-) -> subprocess.CompletedProcess[str]:
-    """Run a child to its end, its output captured, within ``timeout`` seconds stretched by the
-    machine's load (:func:`load_scaled`); raises ``TimeoutError`` saying a rerun may pass."""
-    scaled = load_scaled(timeout)
-    try:
-        return subprocess.run(
-            command, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=scaled,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired as exc:
-        raise TimeoutError(
-            f"a fresh Python process did not finish within {scaled:.0f} s ({_load_words()}); "
-            "on a busy machine a rerun may pass"
-        ) from exc
-
-
-def run_python(
-    code: str,
-    env_overrides: Mapping[str, str | None] | None = None,
-    *,
-    prelude: str = "",
-    cwd: str | None = None,
-    timeout: float = 300,
-) -> ChildResult:
-    """Run ``code`` in a new interpreter, as vLLM starts its processes; the code reports by
-    calling ``report(obj)``. ``env_overrides`` sets (or, with None, removes) variables."""
-    env = dict(os.environ)
-    for key, value in (env_overrides or {}).items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    header = (
-        f"import json\ndef report(obj):\n    print({RESULT_MARK!r} + json.dumps(obj), flush=True)\n"
-    )
-    proc = run_process(
-        [sys.executable, "-c", header + prelude + code], env=env, cwd=cwd, timeout=timeout
-    )
-    result = None
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_MARK):
-            result = json.loads(line[len(RESULT_MARK) :])
-    return ChildResult(proc.returncode, result, proc.stdout + proc.stderr)
-
-
-_RESOLVE_SCRIPT = """
-from vllm.plugins import load_general_plugins
-load_general_plugins()
-from vllm.v1.attention.backends.registry import AttentionBackendEnum
-from vllm_rocm_aiter_plugin.diagnostics.probe import check_builder_behaviour
-backend = AttentionBackendEnum.ROCM_AITER_FA
-builder = backend.get_class().get_builder_cls()
-report({
-    "path": backend.get_path(),
-    "stock": backend.value,
-    "builder": builder.__module__ + "." + builder.__qualname__,
-    "behaviour": check_builder_behaviour(builder),
-})
-"""
-
-
-def resolve_in_fresh_process(
-    env_overrides: Mapping[str, str | None] | None = None, timeout: float = 300
-) -> dict[str, Any]:
-    """What ``ROCM_AITER_FA`` resolves to after vLLM loads its plugins in a new interpreter, and
-    how its builder behaves there (:func:`check_builder_behaviour`).
-
-    Returns ``{"path", "stock", "builder", "behaviour"}``; raises ``RuntimeError`` with the
-    child's output on failure.
-    """
-    child = run_python(_RESOLVE_SCRIPT, env_overrides, timeout=timeout)
-    if child.result is None:
-        raise RuntimeError(
-            f"resolution probe exited {child.returncode}: {child.output.strip()[-2000:]}"
-        )
-    return child.result

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from vllm_rocm_aiter_plugin.policy import LOGGER_NAME
+from vllm_rocm_aiter_plugin.log import LOGGER_NAME
 
 EXPLAINED: tuple[tuple[re.Pattern[str], str], ...] = (
     (

@@ -1,5 +1,5 @@
-"""The forward cases (one list for the CPU tier, the MI300 tier, the demo and the doctor), how a
-case becomes a real step, and the dense per-request reference its output is judged against.
+"""What a forward case is, how it becomes a real step, the dense per-request reference its output
+is judged against, and the doctor's and the demo's own steps.
 
 A case is a set of requests as the scheduler hands them over (cached tokens, tokens scheduled
 now, draft tokens, prompt length), the runner order to lay them out in (``v2``: model-runner V2,
@@ -30,15 +30,13 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.reference_kernels import (
     dequantise,
     quantise,
 )
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order
 
 if TYPE_CHECKING:
     from vllm.v1.attention.backend import CommonAttentionMetadata
-from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order
 
 TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
 """Largest |output - reference| accepted for a request (outputs are O(1))."""
-FP8_FORMATS = {"float8_e4m3fnuz": "MI300 (gfx942)", "float8_e4m3fn": "gfx950"}
-"""The fp8 cache formats, and the GPUs whose ``fp8_dtype()`` each is."""
 
 
 @dataclass(frozen=True)
@@ -289,9 +287,9 @@ def dense_reference(
     return out
 
 
-# The case list. Threshold 1 unless spec_tokens says otherwise; heads 2, kv heads 1, head 64, fp16
-# unless a case says otherwise (small, so that vLLM's Triton kernels stay quick in the
-# interpreter). Context 20000 needs two workspace chunks once two rows share the workspace.
+# The commands' steps (the doctor's and the demo's; the tiers' whole list is
+# ``tests/helpers/forward_cases.py``). Threshold 1 unless spec_tokens says otherwise; heads 2, kv
+# heads 1, head 64, fp16: small, so that vLLM's Triton kernels stay quick in the interpreter.
 V2_EXAMPLE = (decode("decode", 900), prompt("new-prompt", 50), chunk("continuation", 8192, 800))
 MULTI_CHUNK = (
     decode("decode", 900),
@@ -299,40 +297,7 @@ MULTI_CHUNK = (
     chunk("continuation-a", 20000, 300),
     chunk("continuation-b", 17000, 200),
 )
-SIXTY_FOUR_PROMPTS = (
-    *(prompt(f"prompt-{i:02d}", 2 + i % 5) for i in range(64)),
-    chunk("continuation", 8192, 40),
-)
-EAGLE_MIXED = (
-    decode("decode-a", 300, 4, 3),
-    decode("decode-b", 77, 4, 3),
-    decode("decode-c", 40, 2, 1),
-    prompt("short-prompt", 2),
-    prompt("prompt", 9),
-    chunk("prefix-hit", 5000, 70),
-    prompt("long-prompt", 120),
-)
-EAGLE_VERIFY = tuple(decode(f"decode-{i}", 60 + 13 * i, 4, 3) for i in range(4))
-V1_MIXED = (
-    decode("decode-a", 37),
-    decode("decode-b", 1200),
-    chunk("short-extend", 300, 1),
-    chunk("extend-a", 700, 40),
-    chunk("extend-b", 90, 17),
-    prompt("prompt-a", 33),
-    prompt("prompt-b", 8),
-)
-
-FP8_STEP = (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 500, 60))
-FP8_EAGLE = (
-    decode("decode-a", 300, 4, 3),
-    decode("decode-b", 77, 4, 3),
-    prompt("prompt", 9),
-    chunk("prefix-hit", 500, 30),
-)
-FP8_EAGLE_CASE = "eagle-mixed-v2-fp8-e4m3fnuz"
-SINK_STEP = (decode("decode", 200), prompt("new-prompt", 20), chunk("continuation", 240, 40))
-SINKS = (6.0, 6.5)  # about the log of these rows' softmax sums: the sink takes a large share
+"""Context 20000 needs two workspace chunks once two rows share the workspace."""
 MULTI_CHUNK_SMALL = (
     prompt("new-prompt", 2),
     *(chunk(f"continuation-{i:02d}", 1, 3) for i in range(16)),
@@ -340,260 +305,107 @@ MULTI_CHUNK_SMALL = (
 )
 """A context-free row in a two-chunk extend region: 18 rows share the workspace, so the 2000
 cached tokens of the last one come in two chunks."""
+SINK_STEP = (decode("decode", 200), prompt("new-prompt", 20), chunk("continuation", 240, 40))
+SINKS = (6.0, 6.5)  # about the log of these rows' softmax sums: the sink takes a large share
 
-CASES: tuple[ForwardCase, ...] = (
-    ForwardCase("v1-mixed", V1_MIXED, "v1", head_size=128, num_heads=4, num_kv_heads=2),
-    ForwardCase("v2-example", V2_EXAMPLE, "v2", note="the README's example"),
-    ForwardCase("v2-example-bf16", V2_EXAMPLE, "v2", dtype="bfloat16"),
-    ForwardCase(
-        "v2-context-20000",
-        (decode("decode", 900), prompt("new-prompt", 50), chunk("continuation", 20000, 300)),
-        "v2",
-        note="the issue's NaN example: one context chunk per row once sized by rows with context",
+DEMO_V2_CASE = ForwardCase("v2-example", V2_EXAMPLE, "v2", note="the README's example")
+DEMO_BUG_3_CASE = ForwardCase(
+    "v1-eagle-short-prompt-multi-chunk",
+    (
+        decode("decode", 300, 4, 3),
+        chunk("continuation-a", 20000, 40),
+        chunk("continuation-b", 17000, 30),
+        prompt("short-prompt", 2),
+        prompt("prompt", 60),
     ),
-    ForwardCase("multi-chunk-v1", MULTI_CHUNK, "v1"),
-    ForwardCase(
-        "multi-chunk-v2", MULTI_CHUNK, "v2", note="a context-free row in a 2-chunk extend region"
-    ),
-    ForwardCase("64-prompts-v2", SIXTY_FOUR_PROMPTS, "v2", note="chunks: 1, stock's formula 17"),
-    ForwardCase("64-prompts-v1", SIXTY_FOUR_PROMPTS, "v1"),
-    ForwardCase(
-        "eagle-pure-decode-no-upper-bound",
-        tuple(decode(f"decode-{i}", 40 + 31 * i, 4, 3) for i in range(5)),
-        "v2",
-        spec_tokens=3,
-        with_upper_bound=False,
-        note="the EAGLE crash of 0.20.0-0.23.0",
-    ),
-    ForwardCase(
-        "eagle-drafts-padded",
-        tuple(decode(f"draft-{i}", 100 + 7 * i) for i in range(5)),
-        "v2",
-        spec_tokens=3,
-        with_upper_bound=False,
-        max_query_len=1,
-        num_padded_reqs=3,
-        note="model-runner V2's EAGLE draft step: padded requests, no upper bound",
-    ),
-    ForwardCase(
-        "eagle-verify-padded",
-        EAGLE_VERIFY,
-        "v2",
-        spec_tokens=3,
-        num_padded_reqs=3,
-        note="EAGLE verification with model-runner V2's padded requests (no keys, no queries)",
-    ),
-    ForwardCase(
-        "eagle-verify-padded-bf16",
-        EAGLE_VERIFY,
-        "v2",
-        spec_tokens=3,
-        num_padded_reqs=3,
-        dtype="bfloat16",
-        note="the same in bf16 (AITER's Triton kernel runs widened to fp32 under the interpreter)",
-    ),
-    ForwardCase(
-        "eagle-verify-sliding-window",
-        EAGLE_VERIFY,
-        "v2",
-        spec_tokens=3,
-        sliding_window=32,
-        note="EAGLE verification under a sliding window shorter than every context",
-    ),
-    ForwardCase("eagle-mixed-v2", EAGLE_MIXED, "v2", spec_tokens=3),
-    ForwardCase(
-        "v1-eagle-short-prompt-multi-chunk",
-        (
-            decode("decode", 300, 4, 3),
-            chunk("continuation-a", 20000, 40),
-            chunk("continuation-b", 17000, 30),
-            prompt("short-prompt", 2),
-            prompt("prompt", 60),
-        ),
-        "v1",
-        spec_tokens=3,
-        note="V1 order can put a context-free short prompt in a multi-chunk extend region too",
-    ),
-    ForwardCase("v2-padding-tokens", V2_EXAMPLE, "v2", num_padding_tokens=5),
-    ForwardCase(
-        "doctor-multi-chunk-v2",
-        MULTI_CHUNK_SMALL,
-        "v2",
-        note="a new prompt in a two-chunk extend region, small enough for the doctor",
-    ),
-    # Model-runner V2 order at the other head sizes, block sizes and GQA ratios ROCM_AITER_FA
-    # serves (64/128/256, 16/32; 1 to 8 query heads per KV head): a decode, a new prompt, then
-    # rows with context, EAGLE's verification among them where AITER's Triton kernel runs.
-    *(
-        ForwardCase(
-            f"v2-head{head}-block32-gqa{8 // kv_heads}",
-            (decode("decode", ctx), prompt("new-prompt", new), chunk("continuation", *cont)),
-            "v2",
-            head_size=head,
-            num_heads=8,
-            num_kv_heads=kv_heads,
-            block_size=32,
-        )
-        for head, kv_heads, ctx, new, cont in (
-            (128, 2, 300, 40, (400, 60)),
-            (256, 1, 200, 24, (300, 40)),
-        )
-    ),
-    ForwardCase(
-        "eagle-mixed-v2-head128-block32-mha",
-        (*EAGLE_MIXED[:2], *EAGLE_MIXED[3:5], chunk("prefix-hit", 500, 30)),
-        "v2",
-        spec_tokens=3,
-        head_size=128,
-        num_heads=2,
-        num_kv_heads=2,
-        block_size=32,
-        note="GQA ratio 1 (multi-head attention), EAGLE verification through unified_attention",
-    ),
-    ForwardCase("sliding-window-v2", V2_EXAMPLE, "v2", sliding_window=256),
-    ForwardCase("sliding-window-v1", V2_EXAMPLE, "v1", sliding_window=256),
-    ForwardCase(
-        "v2-non-causal",
-        (*FP8_STEP, prompt("prompt-b", 12)),
-        "v2",
-        causal=False,
-        note="a non-causal batch (0.33): stock's regions, so context-free rows stay in prefill",
-    ),
-    # fp8 KV caches (--kv-cache-dtype fp8) in both formats, with scales that are not 1, some small
-    # enough that the cache write saturates (where torch's own cast to e4m3fnuz gives NaN)
-    ForwardCase(
-        "v2-fp8-e4m3fnuz",
-        FP8_STEP,
-        "v2",
-        kv_cache_dtype="fp8",
-        fp8_format="float8_e4m3fnuz",
-        k_scale=0.01,
-        v_scale=0.08,
-        note="MI300's format; k saturates past 2.4",
-    ),
-    ForwardCase(
-        "v2-fp8-e4m3fn",
-        FP8_STEP,
-        "v2",
-        kv_cache_dtype="fp8",
-        fp8_format="float8_e4m3fn",
-        k_scale=0.05,
-        v_scale=0.005,
-        note="gfx950's format; v saturates past 2.24",
-    ),
-    ForwardCase(
-        "v1-fp8-e4m3fnuz",
-        FP8_STEP,
-        "v1",
-        kv_cache_dtype="fp8",
-        k_scale=0.05,
-        v_scale=0.08,
-    ),
-    ForwardCase(
-        FP8_EAGLE_CASE,
-        FP8_EAGLE,
-        "v2",
-        spec_tokens=3,
-        kv_cache_dtype="fp8",
-        k_scale=0.05,
-        v_scale=0.08,
-        note="EAGLE verification: AITER's unified_attention on the fp8 caches",
-    ),
-    ForwardCase(
-        "sliding-window-v2-fp8-e4m3fn",
-        FP8_STEP,
-        "v2",
-        sliding_window=64,
-        kv_cache_dtype="fp8",
-        fp8_format="float8_e4m3fn",
-        k_scale=0.05,
-        v_scale=0.08,
-        note="moved prompts read their own tokens back through fp8 under a window",
-    ),
-    # The shuffle KV-cache layout (VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1, gfx950 images): the
-    # plugin's builder runs vLLM's build() code there; vLLM's shuffle write and gather, AITER's
-    # paged_attention_common for decodes. One query token per decode (the layout refuses EAGLE's
-    # multi-token decodes and sliding windows).
-    ForwardCase(
-        "v2-shuffle-fp8-e4m3fnuz",
-        FP8_STEP,
-        "v2",
-        kv_cache_dtype="fp8",
-        k_scale=0.05,
-        v_scale=0.08,
-        kv_cache_layout="SHUFFLE",
-        note="the shuffle layout on an fp8 cache, MI300's format",
-    ),
-    ForwardCase(
-        "v1-shuffle-fp8-e4m3fn",
-        FP8_STEP,
-        "v1",
-        kv_cache_dtype="fp8",
-        fp8_format="float8_e4m3fn",
-        k_scale=0.05,
-        v_scale=0.08,
-        kv_cache_layout="SHUFFLE",
-        note="the shuffle layout on an fp8 cache, gfx950's format",
-    ),
-    ForwardCase(
-        "v2-shuffle-bf16-head128",
-        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 300, 40)),
-        "v2",
-        dtype="bfloat16",
-        head_size=128,
-        num_heads=4,
-        num_kv_heads=2,
-        kv_cache_layout="SHUFFLE",
-        note="the shuffle layout on a 16-bit cache",
-    ),
-    ForwardCase(
-        "multi-chunk-v2-shuffle-fp8",
-        MULTI_CHUNK_SMALL,
-        "v2",
-        kv_cache_dtype="fp8",
-        k_scale=0.05,
-        v_scale=0.08,
-        kv_cache_layout="SHUFFLE",
-        note="the shuffle layout's gather in a two-chunk extend region with a context-free row",
-    ),
-    # Attention sinks (gpt-oss: one learned logit per query head in every softmax), sized to take
-    # a visible share of these contexts' softmax: counted twice, a row is off by far more than the
-    # tolerance. Decodes take AITER's unified_attention (the paged kernels have no sinks).
-    ForwardCase("v2-sinks", SINK_STEP, "v2", sinks=SINKS, note="gpt-oss's sinks, V2 order"),
-    ForwardCase(
-        "v1-sinks",
-        SINK_STEP,
-        "v1",
-        sinks=SINKS,
-        note="V1 order: stock's extend path counts the sink once per call",
-    ),
-    ForwardCase(
-        "multi-chunk-v2-sinks",
-        MULTI_CHUNK,
-        "v2",
-        sinks=(6.0, 10.5),  # the second head's sink weighs in on rows with 20000 cached tokens
-        note="a context-free row in a two-chunk extend region, with sinks",
-    ),
-    ForwardCase(
-        "sliding-window-v2-sinks",
-        SINK_STEP,
-        "v2",
-        sliding_window=64,
-        sinks=SINKS,
-        note="gpt-oss's sliding-window layers: the extend path is one call there",
-    ),
+    "v1",
+    spec_tokens=3,
+    note="V1 order can put a context-free short prompt in a multi-chunk extend region too",
 )
-
-CASES_BY_NAME = {case.name: case for case in CASES}
-DOCTOR_CASE = "doctor-multi-chunk-v2"
-DOCTOR_EAGLE_CASE = "eagle-pure-decode-no-upper-bound"
+DEMO_BUG_3_V2_CASE = ForwardCase(
+    "multi-chunk-v2", MULTI_CHUNK, "v2", note="a context-free row in a 2-chunk extend region"
+)
+"""The demo's section 3 where the installed vLLM has no V1 runner."""
+DOCTOR_CASE = ForwardCase(
+    "doctor-multi-chunk-v2",
+    MULTI_CHUNK_SMALL,
+    "v2",
+    note="a new prompt in a two-chunk extend region, small enough for the doctor",
+)
+DOCTOR_EAGLE_CASE = ForwardCase(
+    "eagle-pure-decode-no-upper-bound",
+    tuple(decode(f"decode-{i}", 40 + 31 * i, 4, 3) for i in range(5)),
+    "v2",
+    spec_tokens=3,
+    with_upper_bound=False,
+    note="the EAGLE crash of 0.20.0-0.23.0",
+)
 """The doctor's second step: EAGLE verification, which takes AITER's ``unified_attention``."""
-DOCTOR_SINK_CASE = "v2-sinks"
+DOCTOR_SINK_CASE = ForwardCase(
+    "v2-sinks", SINK_STEP, "v2", sinks=SINKS, note="gpt-oss's sinks, V2 order"
+)
 """The doctor's third step, where the release takes sinks: the plugin gives AITER the sink on the
 causal new-token call only, so a kernel that drops it there makes this step wrong."""
 DOCTOR_SHUFFLE_DECODE_CASE = "doctor-decode-v2"
 """The doctor's second step in the shuffle KV-cache layout: the sink step's batch without sinks,
 whose decode takes the layout's decode kernel."""
+
+
+@dataclass(frozen=True)
+class ServingConfiguration:
+    """The operator's configuration the forward check runs in, as ``vllm serve`` spells it
+    (``--kv-cache-dtype``, ``--block-size``, ``--head-size`` of the model); None: the case's."""
+
+    kv_cache_dtype: str | None = None
+    block_size: int | None = None
+    head_size: int | None = None
+    kv_cache_layout: str | None = None  # "SHUFFLE": VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT is on
+
+    def changes(self, device: str) -> dict[str, Any]:
+        """The forward cases' fields this configuration sets. An fp8 cache takes the format of
+        the GPU it runs on (``current_platform.fp8_dtype()``), on CPU MI300's, with scales that
+        are not 1, as a checkpoint's are."""
+        changes: dict[str, Any] = {}
+        for name in ("block_size", "head_size", "kv_cache_dtype"):
+            if getattr(self, name) is not None:
+                changes[name] = getattr(self, name)
+        if self.kv_cache_dtype not in (None, "auto"):
+            fp8_format = "float8_e4m3fnuz"
+            if device != "cpu":
+                from vllm.platforms import current_platform
+
+                fp8_format = str(current_platform.fp8_dtype()).removeprefix("torch.")
+            changes.update(fp8_format=fp8_format, k_scale=0.05, v_scale=0.08)
+        if self.kv_cache_layout is not None:
+            changes["kv_cache_layout"] = self.kv_cache_layout
+        return changes
+
+
+def doctor_steps(configuration: ServingConfiguration | None, device: str) -> list[ForwardCase]:
+    """The forward check's steps: a model-runner V2 step whose extend region holds a new prompt
+    and two context chunks; an EAGLE verification step without the upper bound (its decode path
+    calls AITER's ``unified_attention``); where this release's ROCM_AITER_FA takes attention
+    sinks, a V2 step with sinks, whose extend path relies on how AITER counts a sink on the causal
+    new-token call. In the operator's ``configuration`` where one is given. In the shuffle
+    KV-cache layout, where vLLM serves no EAGLE verification and no sinks, the first step and the
+    sink step's batch without sinks: its decode takes the layout's own decode kernel."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward import harness
+
+    configuration = configuration or ServingConfiguration()
+    if configuration.kv_cache_layout == "SHUFFLE" and harness.shuffle_layout_unavailable() == (
+        harness.NO_SHUFFLE_LAYOUT
+    ):
+        configuration = dataclasses.replace(configuration, kv_cache_layout=None)  # vLLM ignores it
+    if configuration.kv_cache_layout == "SHUFFLE":
+        decode_step = dataclasses.replace(
+            DOCTOR_SINK_CASE, name=DOCTOR_SHUFFLE_DECODE_CASE, sinks=()
+        )
+        steps = [DOCTOR_CASE, decode_step]
+    else:
+        steps = [DOCTOR_CASE, DOCTOR_EAGLE_CASE]
+        steps += [DOCTOR_SINK_CASE] * harness.takes_sinks()
+    changes = configuration.changes(device)
+    return [dataclasses.replace(case, **changes) for case in steps]
 
 
 def configuration(case: ForwardCase) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -219,6 +219,27 @@ class ShuffleWrite:
         return stored[0] == stored[1]
 
 
+@dataclass
+class UnifiedAttention:
+    """What vLLM's decode path calls as AITER's ``unified_attention`` off ROCm: ``function`` (the
+    torch reference; the tests give AITER's own Triton kernel) behind the argument checks of
+    :func:`.reference_kernels.check_unified_attention`, counting its calls."""
+
+    function: Callable[..., None]
+    origin: str
+    is_aiter: bool = False
+    calls: int = 0
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 **kwargs: Any) -> None:  # fmt: skip
+        reference_kernels.check_unified_attention(q, out, **kwargs)
+        self.calls += 1
+        self.function(q=q, k=k, v=v, out=out, **kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.origin, "aiter": self.is_aiter, "calls": self.calls}
+
+
 def shuffle_layout_ops() -> type:
     """vLLM's ``rocm_aiter_ops`` answering True to ``is_shuffle_kv_cache_enabled()`` (a subclass:
     every other operation is vLLM's own). vLLM's methods that read the flag see it through
@@ -230,6 +251,14 @@ def shuffle_layout_ops() -> type:
         (rocm_aiter_ops,),
         {"is_shuffle_kv_cache_enabled": classmethod(lambda cls: True)},
     )
+
+
+def takes_sinks() -> bool:
+    """Whether this release's ROCM_AITER_FA backend says it supports attention sinks."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
+
+    supports_sink = getattr(AiterFlashAttentionBackend, "supports_sink", None)
+    return bool(supports_sink and supports_sink())
 
 
 NO_SHUFFLE_LAYOUT = "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
@@ -340,47 +369,15 @@ def _with_vllm_globals(cls: type, vllm_cls: type, replacements: dict[str, Any], 
     return type(f"{cls.__name__}{tag}", (cls, bound), own)
 
 
-@dataclass
-class BuildBodies:
-    """Which body the plugin's builder ran, counted per build: its own, or vLLM's ``build()``
-    code with the plugin's split (``vllm_build``)."""
-
-    own: int = 0
-    vllm: int = 0
-
-    def counting(self, builder_cls: type) -> type:
-        """``builder_cls`` counting into this (the plugin's builder; others as they are)."""
-        if not hasattr(builder_cls, "vllm_build"):
-            return builder_cls
-        bodies = self
-        vllm_build = builder_cls.vllm_build
-        own_build = cast(Any, builder_cls)._own_build
-
-        def counted_vllm_build(*args: Any, **kwargs: Any) -> Any:
-            bodies.vllm += 1
-            return vllm_build(*args, **kwargs)
-
-        def _own_build(self: Any, *args: Any, **kwargs: Any) -> Any:
-            bodies.own += 1
-            return own_build(self, *args, **kwargs)
-
-        return type(
-            builder_cls.__name__,
-            (builder_cls,),
-            {"vllm_build": staticmethod(counted_vllm_build), "_own_build": _own_build},
-        )
-
-
-def runnable_builder(builder_cls: type, shuffle: bool, bodies: BuildBodies | None = None) -> type:
+def runnable_builder(builder_cls: type, shuffle: bool) -> type:
     """``builder_cls`` whose methods (vLLM's ``build()`` and scale tables, the plugin's own) see
-    :func:`shuffle_layout_ops` where ``shuffle``; counting its bodies into ``bodies``."""
+    :func:`shuffle_layout_ops` where ``shuffle``."""
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
     replacements = {AITER_OPS_NAME: shuffle_layout_ops()} if shuffle else {}
-    cls = _with_vllm_globals(
+    return _with_vllm_globals(
         builder_cls, AiterFlashAttentionMetadataBuilder, replacements, "Shuffle"
     )
-    return bodies.counting(cls) if bodies is not None else cls
 
 
 def runnable_backend(
@@ -388,12 +385,11 @@ def runnable_backend(
     gather: Gather | None,
     fp8_dtype: torch.dtype | None = None,
     shuffle_write: ShuffleWrite | None = None,
-    bodies: BuildBodies | None = None,
 ) -> Any:
     """``backend_cls`` with :func:`runnable_impl` of its impl and :func:`runnable_builder` of its
     builder (the rest unchanged)."""
     impl = runnable_impl(backend_cls.get_impl_cls(), gather, fp8_dtype, shuffle_write)
-    builder = runnable_builder(backend_cls.get_builder_cls(), shuffle_write is not None, bodies)
+    builder = runnable_builder(backend_cls.get_builder_cls(), shuffle_write is not None)
     if impl is backend_cls.get_impl_cls() and builder is backend_cls.get_builder_cls():
         return backend_cls
     return type(

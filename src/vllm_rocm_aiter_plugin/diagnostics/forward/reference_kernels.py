@@ -1,28 +1,17 @@
-"""Torch references for the compiled kernels ROCM_AITER_FA's forward calls that cannot run without
-ROCm: AITER's ``flash_attn_varlen_func``, ``paged_attention_v1``, ``paged_attention_common`` (the
-shuffle layout's decode) and, where the ``amd-aiter`` wheel cannot load (:mod:`.aiter_triton`),
-Triton ``unified_attention``; vLLM's C op ``reshape_and_cache_flash``; and, to check vLLM's own
+"""Torch references for the kernels ROCM_AITER_FA's forward calls that cannot run without ROCm:
+AITER's ``flash_attn_varlen_func``, ``paged_attention_v1``, ``paged_attention_common`` (the
+shuffle layout's decode) and Triton ``unified_attention`` (the tests run AITER's own kernel too
+and check the two agree); vLLM's C op ``reshape_and_cache_flash``; and, to check vLLM's own
 Triton kernels against, its shuffle write and, for calls too large for the Triton interpreter,
 ``cp_mha_gather_cache``.
 
-Each has the signature vLLM calls it with and the kernel's semantics, each pinned to a source in
-its docstring (a CK file, an AITER function or a vLLM call site, with the version read):
-- causal masks are aligned to the bottom right (a query's position is ``seqlen_k - seqlen_q + i``);
-- a sliding window ``(left, right)`` keeps keys within ``[pos - left, pos + right]``;
-- a query with no key to attend to gives output 0 and lse -inf;
-- lse is ``[heads, tokens]``, float32;
-- rows past the last offset are never written (the caller's buffer keeps whatever it held).
-Each checks the arguments its kernel relies on (dtypes, shapes, offsets, that the declared maxima
-cover the real lengths) and raises ``LauncherError`` naming what is wrong.
-
-``installed()`` makes them importable the way vLLM imports them (``aiter``, whose
-``paged_attention_common`` vLLM's own ``rocm_aiter_ops`` wrapper imports;
-``aiter.ops.triton.unified_attention``, ``torch.ops.aiter.paged_attention_v1``,
-``torch.ops._C_cache_ops.reshape_and_cache_flash``) for the duration of a ``with`` block, only
-where the real ones are absent. The MI300 tier's first-run check
-(``tests/rocm/test_aiter_assumptions.py``) calls the real ``flash_attn_varlen_func`` as vLLM's
-extend path does and fails naming the assumption it disproves.
-"""
+Each has the signature vLLM calls it with and the kernel's semantics, pinned to a source in its
+docstring; each checks the arguments its kernel relies on and raises ``LauncherError`` naming
+what is wrong. Common semantics: causal masks aligned to the bottom right; a window
+``(left, right)`` keeps keys in ``[pos - left, pos + right]``; a query with no key gives output 0
+and lse -inf; lse is ``[heads, tokens]`` float32; rows past the last offset are never written.
+:func:`installed` makes them importable where vLLM imports the real ones, only where those are
+absent. ``tests/rocm/test_aiter_assumptions.py`` checks these assumptions on the real kernels."""
 
 from __future__ import annotations
 
@@ -34,18 +23,16 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
-from unittest import mock
 
 import torch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fnuz, torch.float8_e4m3fn)
-"""The caches' fp8 formats: MI300's (gfx942) and OCP's (gfx950); vLLM views an fp8 cache as the
-platform's ``fp8_dtype()`` in ``forward`` and ``do_kv_cache_update``."""
+"""MI300's (gfx942) and OCP's (gfx950) fp8 formats; vLLM views an fp8 cache as the platform's
+``fp8_dtype()``."""
 QUANTISED_CACHE_DTYPES = ("fp8", "fp8_e4m3")
-"""The ``kv_cache_dtype`` strings vLLM's ROCm cache write takes for an fp8 cache
-(``DISPATCH_BY_KV_CACHE_DTYPE``, ``csrc/quantization/fp8/amd/quant_utils.cuh``); it refuses the
-others ("Unsupported data type of kv cache")."""
+"""What vLLM's ROCm cache write takes for an fp8 cache (``DISPATCH_BY_KV_CACHE_DTYPE``,
+``csrc/quantization/fp8/amd/quant_utils.cuh``)."""
 
 
 class LauncherError(AssertionError):
@@ -60,13 +47,10 @@ def _check(condition: bool, message: str) -> None:
 def quantise(
     x: torch.Tensor, fp8_dtype: torch.dtype, scale: float, float32_division: bool = False
 ) -> torch.Tensor:
-    """vLLM's ROCm cache write of ``x`` into an fp8 cache: ``x / scale`` (in fp16 for an fp16
-    ``x``: ``tmp.data /= scale`` on a ``__half_raw``; in float32 for bf16), then converted with
-    the fp8 type's default saturation, ``__HIP_SATFINITE`` (out-of-range values become the
-    largest finite value of their sign, NaN stays NaN), rounding to nearest even
-    (``scaled_vec_conversion<uint8_t, ...>``, ``csrc/quantization/fp8/amd/quant_utils.cuh``,
-    vLLM main, read for 0.23.0 and 0.33.0). ``float32_division``: the shuffle layout's Triton
-    write, ``(k_val.to(tl.float32) / k_scale).to(k_dtype)`` (:func:`reshape_and_cache_shuffle`)."""
+    """vLLM's ROCm cache write into an fp8 cache: ``x / scale`` (in fp16 for an fp16 ``x``, else
+    float32), saturated to the format's range (``__HIP_SATFINITE``; NaN stays NaN), rounded to nearest
+    even (``scaled_vec_conversion``, ``csrc/quantization/fp8/amd/quant_utils.cuh``, vLLM 0.23.0 and
+    0.33.0). ``float32_division``: the shuffle layout's Triton write divides in float32."""
     _check(fp8_dtype in FP8_DTYPES, f"{fp8_dtype} is not an fp8 cache format")
     scaled = x.float() / scale
     if x.dtype == torch.float16 and not float32_division:
@@ -76,8 +60,8 @@ def quantise(
 
 
 def dequantise(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
-    """What a kernel reads from an fp8 cache: ``float(fp8) * scale`` in float32 (vLLM's
-    convention, ``Dequant(FP8) * scale => HP``, ``quant_utils.cuh``); a 16-bit cache as is."""
+    """What a kernel reads from an fp8 cache: ``float(fp8) * scale`` (``quant_utils.cuh``); a 16-bit
+    cache as is."""
     if cache.dtype not in FP8_DTYPES:
         return cache.float()
     value = float(scale) if isinstance(scale, float) else float(scale.reshape(-1)[0])
@@ -114,31 +98,18 @@ def attend(
     window: tuple[int, int] = (-1, -1),
     sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One sequence: q [sq, heads, d], k/v [sk, kv_heads, d] -> (out [sq, heads, d] float32,
-    lse [heads, sq] float32).
+    """One sequence: q [sq, heads, d], k/v [sk, kv_heads, d] -> (out [sq, heads, d], lse [heads, sq]),
+    float32, with the common semantics above (``flash_attn_varlen_func``'s docstring,
+    ``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18; CK's pipelines store lse -inf for a row with no
+    key: ``ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs.hpp`` in that wheel).
 
-    - Causal is bottom-right aligned and a window ``(left, right)`` keeps keys in
-      ``[i + sk - sq - left, i + sk - sq + right]``: ``flash_attn_varlen_func``'s docstring
-      (``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18).
-    - A row with no key gives output 0 and lse -inf: CK's fmha forward pipelines return their
-      cleared accumulator and store lse ``-infinity`` when ``num_total_loop <= 0``
-      (``ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs.hpp`` and its siblings, in
-      ``aiter_meta/3rdparty/composable_kernel`` of that wheel). vLLM's extend path relies on it
-      for every context chunk a row has no keys in (``extend_forward``'s ``merge_attn_states``,
-      0.23.0 and 0.33.0). AITER's Triton MHA kernels differ (lse 0.0): ``docs/upstream/aiter.md``.
-    - ``sink`` (one logit per query head, in the units of the scaled scores): a key with that
-      score and a zero value, counted once in the softmax and in the lse, so a row with no key
-      gives output 0 and lse = the sink. CK's forward pipelines with a sink start the running
-      maximum at it and the running sum at 1, store ``m + log(l)`` as lse and, on the early exit
-      for a row with no keys, the sink itself (``ROCm/rocm-libraries``,
-      ``projects/composablekernel/include/ck_tile/ops/fmha/pipeline/
-      block_fmha_pipeline_qr_ks_vs.hpp`` at 9f81047dda0f1ba0aa037c1b975863df6cd217ab, ``sink_v``).
-      That is CK's route, which AITER's ``flash_attn_varlen_func`` takes through
-      ``mha_varlen_fwd`` once it passes ``sink_ptr`` (ROCm/aiter#1753, AITER v0.1.10; the pinned
-      CPU wheel, amd-aiter 0.1.7.post2.dev18, has no ``sink_ptr``). AITER's Triton
-      ``unified_attention`` starts ``M`` at the sink and ``L`` at 1
-      (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18).
-    """
+    A ``sink`` (one logit per query head) counts once in the softmax and the lse, as a key with value
+    zero: a row with no key gives output 0 and lse = the sink. CK's pipelines with a sink start the
+    running maximum at it and the running sum at 1 (``ROCm/rocm-libraries`` at
+    9f81047dda0f1ba0aa037c1b975863df6cd217ab,
+    ``projects/composablekernel/include/ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs.hpp``,
+    ``sink_v``); AITER's Triton ``unified_attention`` starts ``M`` at the sink and ``L`` at 1
+    (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18)."""
     sq, heads, _ = q.shape
     sk, kv_heads = k.shape[0], k.shape[1]
     _check(heads % kv_heads == 0, f"{heads} query heads do not divide into {kv_heads} kv heads")
@@ -192,33 +163,20 @@ def flash_attn_varlen_func(
     sink_ptr: torch.Tensor | None = None,
 ) -> Any:
     """``aiter.flash_attn_varlen_func``: varlen attention of packed q over packed k/v; with
-    ``return_lse`` also lse ``[heads, total_q]`` float32 (the ``softmax_lse`` of its docstring,
-    ``aiter/ops/mha.py``, amd-aiter 0.1.7.post2.dev18; vLLM's extend path hands it to
-    ``merge_attn_states`` as ``[heads, tokens]``, ``rocm_aiter_fa.py`` 0.23.0 and 0.33.0). vLLM
-    calls it causally over the new tokens and non-causally over each context chunk, where a row
-    can have ``seqlen_k = 0`` (:func:`attend` for what that gives).
+    ``return_lse`` also lse ``[heads, total_q]`` float32 (``aiter/ops/mha.py``, amd-aiter
+    0.1.7.post2.dev18). vLLM calls it causally over the new tokens and non-causally over each context
+    chunk, where a row can have no keys (:func:`attend`).
 
-    It follows AITER's CK route, ``mha_varlen_fwd``. There each call counts ``sink_ptr`` (one
-    float32 logit per query head) once, masked or not: AITER hands it to ``mha_varlen_fwd`` from
-    ROCm/aiter v0.1.10 on (``aiter/ops/mha.py``, ``csrc/py_itfs_ck/mha_varlen_fwd_kernels.cu``,
-    ROCm/aiter#1753), and CK's kernel reads it for every call (``ROCm/rocm-libraries`` at
-    07c8e141cef75754c70692fea95f071d1e913561, ``projects/composablekernel/include/ck_tile/ops/
-    fmha/kernel/fmha_fwd_kernel.hpp``, ``run_``) into pipelines that start the running maximum at
-    it (at 9f81047dda0f1ba0aa037c1b975863df6cd217ab ``block_fmha_pipeline_qr_ks_vs.hpp`` and at
-    2602e2b19e7a5312994d40c42abf52d1e5bf392d ``block_fmha_pipeline_qr_ks_vs_async.hpp``, same
-    directory as :func:`attend` names). The pinned CPU wheel, amd-aiter 0.1.7.post2.dev18, has
-    no ``sink_ptr``. AITER's other route, its v3 assembly kernel (``fmha_v3_varlen_fwd``: bf16,
-    head size 128 or, on gfx950, 192, no sliding window; ``_flash_attn_varlen_forward`` in the
-    pinned wheel's ``aiter/ops/mha.py``), takes no sink: the coverage matrix of
-    ``docs/testing.md`` says which route each forward case would take on an MI300, and
-    ``docs/upstream/aiter.md`` (findings 5 and 6) what differs there.
+    It follows AITER's CK route, ``mha_varlen_fwd``, where each call counts ``sink_ptr`` once:
+    AITER hands it to CK from ROCm/aiter v0.1.10 on (ROCm/aiter#1753), and CK reads it for every
+    call (``ROCm/rocm-libraries`` at 07c8e141cef75754c70692fea95f071d1e913561,
+    ``projects/composablekernel/include/ck_tile/ops/fmha/kernel/fmha_fwd_kernel.hpp``). The pinned
+    CPU wheel, amd-aiter 0.1.7.post2.dev18, has no ``sink_ptr``. AITER's v3 assembly route (bf16,
+    head size 128 or 192) takes no sink: ``docs/upstream/aiter.md``, findings 5 and 6.
 
-    A whole call with ``max_seqlen_k == 0`` is refused: AITER skips the kernel and writes output
-    0 and lse **+inf** (``ROCm/aiter``, ``csrc/py_itfs_ck/mha_varlen_fwd_kernels.cu`` at
-    2d3141ac61b60ab2aa5924f47ec83bbcdc3d0bfe, ``mha_varlen_fwd``'s ``else`` branch), which no
-    merge survives and no sink changes. vLLM makes no such call (every context chunk it runs holds
-    the longest context's keys; new-token calls have at least one key per row), and this check
-    is what says so for every call the forward and engine tiers make."""
+    A call with ``max_seqlen_k == 0`` is refused: AITER writes output 0 and lse +inf there
+    (``ROCm/aiter`` at 2d3141ac61b60ab2aa5924f47ec83bbcdc3d0bfe,
+    ``csrc/py_itfs_ck/mha_varlen_fwd_kernels.cu``), which no merge survives; vLLM makes no such call."""
     _check(q.dtype in SUPPORTED_DTYPES, f"q must be fp16 or bf16, got {q.dtype}")
     _check(k.dtype == q.dtype and v.dtype == q.dtype, "q, k and v must share a dtype")
     _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3, "q, k, v must be [tokens, heads, d]")
@@ -292,13 +250,10 @@ def paged_attention_v1(
     mtp: int = 1,
     sliding_window: int = 0,
 ) -> None:
-    """``torch.ops.aiter.paged_attention_v1``: one query token per sequence (``mtp`` = 1) against
-    its ``context_lens`` cached tokens; ``sliding_window`` > 0 keeps the last that many. Sources:
-    the signature of ``aiter/ops/attention.py::paged_attention_v1`` and the HIP kernel, which
-    reads ``context_lens[seq_idx]`` keys and the query at ``cu_query_lens[seq_idx]``
-    (``aiter_meta/csrc/kernels/attention_v1.cu``), amd-aiter 0.1.7.post2.dev18; vLLM's call for
-    query length 1 (``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0). An fp8 cache is
-    read as :func:`dequantise` with the ``k_scale`` / ``v_scale`` vLLM passes (the layer's)."""
+    """``torch.ops.aiter.paged_attention_v1``: one query token per sequence against its
+    ``context_lens`` cached tokens (the last ``sliding_window`` of them where > 0), an fp8 cache read
+    with the layer's ``k_scale`` / ``v_scale`` (``aiter/ops/attention.py`` and
+    ``csrc/kernels/attention_v1.cu``, amd-aiter 0.1.7.post2.dev18; vLLM's call for query length 1)."""
     _check(kv_cache_layout == "NHD", f"kv_cache_layout {kv_cache_layout!r}, expected 'NHD'")
     _cache_dtype_matches(kv_cache_dtype, key_cache)
     _cache_dtype_matches(kv_cache_dtype, value_cache)
@@ -341,16 +296,10 @@ def check_unified_attention(
     **unused: Any,
 ) -> list[int]:
     """The arguments vLLM's decode path passes to ``unified_attention``, checked against what the
-    kernel reads; returns the query offsets. Sources: AITER's own asserts (``causal``, no
-    ``q_descale``: ``aiter/ops/triton/unified_attention.py``, amd-aiter 0.1.7.post2.dev18); the
-    kernel reads ``seqused_k[i]`` keys through ``block_table[i]`` for the queries between
-    ``cu_seqlens_q[i]`` and ``cu_seqlens_q[i + 1]`` and ends the last sequence's rows at
-    ``cu_seqlens_q[num_seqs]`` (``_triton_kernels/unified_attention.py``), so each sequence
-    needs a block-table row and at least as many keys as queries (its queries are its last keys);
-    its 3D path's ``reduce_segments`` runs over every row of q, so q must end at the last offset.
-    vLLM passes ``query[:num_decode_tokens]``, ``seq_lens[:num_decodes]`` and
-    ``query_start_loc[:num_decodes + 1]`` (``rocm_aiter_fa.py``,
-    ``AiterFlashAttentionImpl.forward``, 0.23.0 and 0.33.0): all of that holds."""
+    kernel reads (``aiter/ops/triton/unified_attention.py`` and ``_triton_kernels/unified_attention.py``,
+    amd-aiter 0.1.7.post2.dev18): causal, no ``q_descale``, a block-table row and at least as many
+    keys as queries per sequence, q ending at the last offset (the 3D path's ``reduce_segments`` writes
+    every row of q). Returns the query offsets."""
     _check(not unused, f"unexpected arguments {sorted(unused)}")
     _check(causal, "the decode path calls unified_attention causally")
     _check(not softcap and alibi_slopes is None, "soft cap and alibi are not referenced here")
@@ -382,19 +331,12 @@ def unified_attention(
     out: torch.Tensor,
     **kwargs: Any,
 ) -> None:
-    """``aiter.ops.triton.unified_attention.unified_attention``: varlen queries against paged
-    keys (``seqused_k`` per sequence) in a ``[blocks, block_size, kv_heads, d]`` cache (the
-    kernel reads ``block_size = v.shape[1]``, ``num_kv_heads = k.shape[2]``), causal aligned to
-    the bottom right (the kernel's ``context_len = seq_len - cur_batch_query_len`` offsets each
-    query's position), a window ``(left, right)`` kept as ``SLIDING_WINDOW = 1 + left`` keys up
-    to the query's own, ``sinks`` counted once (``_triton_kernels/unified_attention.py``,
-    amd-aiter 0.1.7.post2.dev18; :func:`attend`). Where that wheel loads, the forward tier runs
-    the kernel itself (:mod:`.aiter_triton`) and a test cross-checks the two.
-
-    An fp8 cache is dequantised with one scale per call, the first element of ``k_descale`` /
-    ``v_descale`` (the kernel's ``tl.load(k_scale)``), then rounded to q's dtype before the dot
-    (``(K_load.to(tl.float32) * tl.load(k_scale)).to(Q.dtype)``, ``if K_load.dtype.is_fp8()``);
-    a 16-bit cache is read as it is, whatever descales are passed (the kernel skips them)."""
+    """``aiter.ops.triton.unified_attention.unified_attention``: varlen queries against paged keys
+    (``seqused_k`` per sequence) in a ``[blocks, block_size, kv_heads, d]`` cache, causal, a window
+    ``(left, right)`` kept as ``1 + left`` keys up to the query's own, ``sinks`` once
+    (``_triton_kernels/unified_attention.py``, amd-aiter 0.1.7.post2.dev18). An fp8 cache is
+    dequantised with one scale per call and rounded to q's dtype before the dot, as the kernel does;
+    a 16-bit cache is read as it is."""
     qo = check_unified_attention(q, out, **kwargs)
     k_descale, v_descale = kwargs["k_descale"], kwargs["v_descale"]
     if k.dtype in FP8_DTYPES or v.dtype in FP8_DTYPES:
@@ -440,13 +382,9 @@ def reshape_and_cache_flash(
     k_scale: torch.Tensor,
     v_scale: torch.Tensor,
 ) -> None:
-    """vLLM's ``_C_cache_ops.reshape_and_cache_flash``: token ``i`` goes to slot
-    ``slot_mapping[i]`` of a [blocks, block_size, kv_heads, d] cache; negative slots (padding)
-    are skipped. The slot mapping's length is the number of tokens written. Sources: vLLM's
-    ``_custom_ops.reshape_and_cache_flash`` and ``do_kv_cache_update``'s call with
-    ``slot_mapping`` from the forward context, whose padding slots are -1 (``rocm_aiter_fa.py``
-    and ``PAD_SLOT_ID`` of ``vllm/v1/attention/backends/utils.py``, 0.23.0 and 0.33.0). An fp8
-    cache is written as :func:`quantise` with ``k_scale`` / ``v_scale``."""
+    """vLLM's ``_C_cache_ops.reshape_and_cache_flash``: token ``i`` to slot ``slot_mapping[i]`` of a
+    ``[blocks, block_size, kv_heads, d]`` cache (negative slots, padding, skipped), an fp8 cache
+    written as :func:`quantise` (``_custom_ops.reshape_and_cache_flash``; ``PAD_SLOT_ID``)."""
     _cache_dtype_matches(kv_cache_dtype, key_cache)
     _cache_dtype_matches(kv_cache_dtype, value_cache)
     _check(slot_mapping.dim() == 1, "slot_mapping must be 1-D")
@@ -481,12 +419,10 @@ def cp_mha_gather_cache(
     kv_cache_layout: str,
     total_tokens: int,
 ) -> None:
-    """vLLM's ``cp_mha_gather_cache``: workspace token ``t`` of request ``b = token_to_batch[t]``
-    is the cached token at position ``seq_starts[b] + t - cu_seqlens_kv[b]``. Source: vLLM's own
-    Triton kernel (``rocm_aiter_fa.py``, 0.23.0 and 0.33.0), which the tier runs on every call
-    up to its token budget and on the first tokens of every larger one, and which must agree
-    (``harness.Gather``). With ``dequant`` an fp8 cache is read as the kernel does:
-    ``(float(fp8) * scale).to(workspace dtype)``, one scale (``tl.load(k_scale_ptr)``)."""
+    """vLLM's ``cp_mha_gather_cache``: workspace token ``t`` of request ``b = token_to_batch[t]`` is
+    the cached token at ``seq_starts[b] + t - cu_seqlens_kv[b]``; with ``dequant`` an fp8 cache is read
+    as ``(float(fp8) * scale)`` in the workspace's dtype. Source: vLLM's own Triton kernel
+    (``rocm_aiter_fa.py``), which must agree (``harness.Gather``)."""
     _check(kv_cache_layout in ("NHD", "SHUFFLE"), f"kv_cache_layout {kv_cache_layout!r}")
     if kv_cache_layout == "SHUFFLE":  # read through the shuffle views (the kernel's branch)
         key_cache, value_cache = unshuffled(*shuffled_views(key_cache, value_cache))
@@ -511,18 +447,15 @@ def cp_mha_gather_cache(
 
 
 SHUFFLE_BYTES = 16
-"""The shuffle layout's vector width in bytes: ``x = 16 // element_size`` elements (vLLM's
-``reshape_and_cache_shuffle_triton`` and ``cp_mha_gather_cache``; AITER's ``pa_fwd``)."""
+"""The shuffle layout's vector width: ``x = 16 // element_size`` elements."""
 
 
 def shuffled_views(
     key_cache: torch.Tensor, value_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A side of the shuffle layout as vLLM hands it to the kernels (``[blocks, block_size,
-    kv_heads, d]``, reinterpreted in place) -> its 5-D views, K ``[blocks, kv_heads, d // x,
-    block_size, x]`` and V ``[blocks, kv_heads, block_size // x, d, x]``: the write kernel's
-    offsets and the reshape of vLLM's shuffle decode call (``rocm_aiter_fa.py``, 0.23.0 and
-    0.33.0), AITER's ``pa_fwd`` (``csrc/include/attention_asm.h``)."""
+    """A side of the shuffle layout (``[blocks, block_size, kv_heads, d]``, reinterpreted in place) as
+    its 5-D views, K ``[blocks, kv_heads, d // x, block_size, x]`` and V ``[blocks, kv_heads,
+    block_size // x, d, x]`` (vLLM's shuffle write and decode call; AITER's ``pa_fwd``)."""
     blocks, block_size, kv_heads, d = key_cache.shape
     x = SHUFFLE_BYTES // key_cache.element_size()
     _check(d % x == 0 and block_size % x == 0, f"d {d}, block size {block_size}: not x={x} tiles")
@@ -533,7 +466,7 @@ def shuffled_views(
 
 
 def unshuffled(k5: torch.Tensor, v5: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 5-D shuffle views -> ``[blocks, block_size, kv_heads, d]`` copies (token-major)."""
+    """The 5-D shuffle views as ``[blocks, block_size, kv_heads, d]`` copies."""
     blocks, kv_heads, _, block_size, _ = k5.shape
     d = v5.shape[3]
     keys = k5.permute(0, 3, 1, 2, 4).reshape(blocks, block_size, kv_heads, d)
@@ -553,11 +486,9 @@ def reshape_and_cache_shuffle(
     k_scales: torch.Tensor,
     v_scales: torch.Tensor,
 ) -> None:
-    """vLLM's ``reshape_and_cache_shuffle_triton``: token ``i`` to slot ``slot_mapping[i]``
-    (negative: skipped) in the shuffle layout (:func:`shuffled_views`); an fp8 cache gets
-    ``(float32(x) / scale).to(fp8)`` with one scale (``tl.load(k_scale_ptr)``), rounded to
-    nearest even (the GPU's conversion; the Triton interpreter's differs, ``harness.ShuffleWrite``).
-    Source: the kernel in ``rocm_aiter_fa.py``, 0.23.0 and 0.33.0."""
+    """vLLM's ``reshape_and_cache_shuffle_triton``: token ``i`` to slot ``slot_mapping[i]`` in the
+    shuffle layout (:func:`shuffled_views`); an fp8 cache gets ``(float32(x) / scale).to(fp8)``,
+    rounded to nearest even as the GPU does (the interpreter does not: ``harness.ShuffleWrite``)."""
     _cache_dtype_matches(kv_cache_dtype, key_cache)
     _cache_dtype_matches(kv_cache_dtype, value_cache)
     k5, v5 = shuffled_views(key_cache, value_cache)
@@ -604,16 +535,10 @@ def paged_attention_common(
     kv_cache_dtype: str = "auto",
     **unused: Any,
 ) -> torch.Tensor:
-    """``aiter.paged_attention_common``, the decode kernel vLLM calls under the shuffle layout:
-    one query token per sequence against its ``context_lens`` keys in K ``[blocks, kv_heads,
-    d // x, block_size, x]`` / V ``[blocks, kv_heads, block_size // x, d, x]`` (the shapes of
-    ``pa_fwd``, ``csrc/include/attention_asm.h``; ``num_kv_heads = K.size(1)``,
-    ``block_size = K.size(3)`` in ``paged_attention_common``, ``aiter/ops/attention.py``). It
-    runs AITER's asm kernel (head size 128, large batches; per-slot scale tables
-    ``K_QScale_asm`` ``[blocks, kv_heads, block_size]``) or the HIP kernel (per-tensor
-    ``K_QScale_hip``); the two must describe one scale, which is checked, and an fp8 cache is
-    read as :func:`dequantise` with it. vLLM's call: ``AiterFlashAttentionImpl.forward``,
-    0.23.0 and 0.33.0."""
+    """``aiter.paged_attention_common``, vLLM's decode under the shuffle layout: one query token per
+    sequence against the 5-D views (``pa_fwd``, ``csrc/include/attention_asm.h``;
+    ``aiter/ops/attention.py``). K and V must each be a dense plane of pages, and the asm kernel's
+    per-slot scale tables must hold the per-tensor scale."""
     _check(not unused, f"unexpected arguments {sorted(unused)}")
     _cache_dtype_matches(kv_cache_dtype, K)
     _cache_dtype_matches(kv_cache_dtype, V)
@@ -664,8 +589,7 @@ def paged_attention_common(
 
 
 def flash_attn_with_kvcache(*args: Any, **kwargs: Any) -> Any:
-    """``aiter.ops.triton.attention.mha_v3.flash_attn_with_kvcache``: the non-causal decode path,
-    which no decoder model takes; not referenced."""
+    """The non-causal decode path, which no decoder model takes; not referenced."""
     raise LauncherError("non-causal decode (flash_attn_with_kvcache) is not referenced here")
 
 
@@ -701,8 +625,7 @@ def _module(name: str, **attributes: Any) -> types.ModuleType:
 
 
 def aiter_available() -> bool:
-    """Whether the real ``aiter`` imports: on ROCm only (elsewhere its ``__init__`` raises, and
-    leaves half-loaded modules behind)."""
+    """Whether the real ``aiter`` imports: on ROCm only."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_rocm() or importlib.util.find_spec("aiter") is None:
@@ -718,9 +641,9 @@ def aiter_available() -> bool:
 def installed(
     unified_attention_kernel: Callable[..., None] | None = None,
 ) -> Iterator[list[str]]:
-    """Within the block, the references stand where vLLM imports the real kernels from, for each
-    one that is absent; ``unified_attention_kernel`` (AITER's own, :mod:`.aiter_triton`) stands
-    where given instead of its reference. Yields the names of the references installed."""
+    """Within the block, the references stand where vLLM imports the real kernels, for each one that
+    is absent (``unified_attention_kernel``, where given, instead of its reference). Yields the names
+    of the references installed."""
     names: list[str] = []
     libraries = []
     modules: dict[str, types.ModuleType] = {}
@@ -759,9 +682,18 @@ def installed(
         )
         libraries.append(library)
         names.append("torch.ops._C_cache_ops.reshape_and_cache_flash")
+    saved = {name: sys.modules.get(name) for name in modules}
+    sys.modules.update(modules)
     try:
-        with mock.patch.dict(sys.modules, modules):
-            yield names
+        yield names
     finally:
+        if modules:  # what loaded under the stand-ins' package goes with them
+            for name in [n for n in sys.modules if n.split(".")[0] == "aiter" and n not in saved]:
+                del sys.modules[name]
+        for name, previous in saved.items():
+            if previous is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = previous
         for library in libraries:
             library._destroy()

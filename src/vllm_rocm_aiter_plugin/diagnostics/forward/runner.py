@@ -1,38 +1,30 @@
 """Run forward cases through vLLM's real ROCM_AITER_FA forward, with stock's backend and the
 plugin's, and judge every request's output against its dense reference.
 
-``python -m vllm_rocm_aiter_plugin.diagnostics.forward.runner [--cases NAME ...] [--json PATH]``
-runs in the current process: on CPU start it with ``harness.INTERPRETER_ENV``
-(:func:`run_in_child` does). Each case reports, per backend ("stock", "plugin"): the regions, the
-context chunks, which body the plugin's builder ran, and per request its region, largest error and
-whether its output has NaN or inf; or the exception the build or forward raised. Cases in V2
-order also report how many context chunks stock's builder makes for the same requests in V1 order.
-Where the installed vLLM has no V1 runner, V1-order cases are absent from the report and
-``v1_order_absent`` says why, once.
+:func:`run` takes a :class:`~.report.ForwardRequest` and gives a :class:`~.report.ForwardReport`
+in this process; :func:`run_in_child` does it in a fresh one (``python -m`` this module reads the
+request on stdin and reports through :mod:`..child`), on CPU started with Triton's interpreter
+environment (``harness.INTERPRETER_ENV``). Where the installed vLLM has no V1 runner, V1-order
+cases are left out and ``v1_order_absent`` says why, once.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
-import json
 import os
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from unittest import mock
 
 import torch
 
-from vllm_rocm_aiter_plugin.builder import FAST_BUILD_ENV
-from vllm_rocm_aiter_plugin.diagnostics.forward import aiter_triton, harness, reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics import child
+from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
-    CASES,
-    CASES_BY_NAME,
     TOLERANCE,
     ForwardCase,
     StepTensors,
@@ -40,54 +32,37 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     dense_reference,
     lay_out,
 )
+from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
+    CaseResult,
+    ForwardReport,
+    ForwardRequest,
+    Outcome,
+    Resolution,
+    Row,
+)
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
-from vllm_rocm_aiter_plugin.diagnostics.probe import run_process
-
-DEFAULT_GATHER_BUDGET = 2048
-"""Gather calls up to this many tokens run vLLM's Triton kernel (about 2 ms per token and head in
-the interpreter); larger ones run the reference, checked against the kernel on this many tokens."""
-
-RESULT_MARK = "@@FORWARD@@"
-
 
 KINDS = ("stock", "plugin")
-CONTROLS = ("plugin-builder-only", "plugin-vllm-build")
-"""The plugin's builder with vLLM's own impl (what the plugin's impl is there for), and the
-plugin's backend with ``VLLM_ROCM_AITER_PLUGIN_FAST_BUILD=0`` (vLLM's build() code with the
-plugin's split: stock's context chunk sizes)."""
 
 
 def backend_for(kind: str) -> type:
-    """The backend class a kind runs: stock's, the plugin's, a control, or the registered one."""
-    from vllm.v1.attention.backends.rocm_aiter_fa import (
-        AiterFlashAttentionBackend,
-        AiterFlashAttentionImpl,
-    )
+    """The backend class a kind runs: stock's, the plugin's, or the registered one (whatever
+    ``ROCM_AITER_FA`` resolves to once vLLM has loaded its general plugins)."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
 
     from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 
     if kind == "stock":
         return AiterFlashAttentionBackend
-    if kind in ("plugin", "plugin-vllm-build"):
+    if kind == "plugin":
         return PluginAiterFlashAttentionBackend
-    if kind == "plugin-builder-only":
-        return type(
-            "PluginBuilderOnlyBackend",
-            (PluginAiterFlashAttentionBackend,),
-            {"get_impl_cls": staticmethod(lambda: AiterFlashAttentionImpl)},
-        )
     if kind == "registered":
         return _registered_backend()
-    raise ValueError(f"unknown kind {kind!r}; known: {backends_names()}")
-
-
-def backends_names() -> tuple[str, ...]:
-    return (*KINDS, *CONTROLS, "registered")
+    raise ValueError(f"unknown kind {kind!r}; known: stock, plugin, registered")
 
 
 @functools.cache
 def _registered_backend() -> type:
-    """What ``ROCM_AITER_FA`` resolves to once vLLM has loaded its general plugins."""
     from vllm.plugins import load_general_plugins
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -96,9 +71,9 @@ def _registered_backend() -> type:
 
 
 class Runner:
-    """One per process: a tiny model directory per head shape, the gather, the references."""
+    """One per process: a tiny model directory per backend run, the gather, the references."""
 
-    def __init__(self, device: torch.device, gather_budget: int | None = DEFAULT_GATHER_BUDGET):
+    def __init__(self, device: torch.device, gather_budget: int | None):
         kernel, origin = harness.vllm_gather_kernel()
         self.device = device
         self.gather = harness.Gather(kernel, gather_budget)
@@ -109,7 +84,7 @@ class Runner:
         self._dirs = tempfile.TemporaryDirectory(prefix="forward-models-")
         self._configs = 0
         self.references: list[str] = []
-        self.unified_attention: aiter_triton.UnifiedAttention | None = None
+        self.unified_attention: harness.UnifiedAttention | None = None
 
     def close(self) -> None:
         self._dirs.cleanup()
@@ -130,30 +105,22 @@ class Runner:
         )
 
     def prepare(
-        self,
-        case: ForwardCase,
-        kind: str,
-        num_blocks: int,
-        bodies: harness.BuildBodies | None = None,
+        self, case: ForwardCase, backend: type, num_blocks: int
     ) -> tuple[Any, Any, torch.Tensor, Any]:
-        """(config, layer, KV cache, attention group) for ``kind``'s backend: the cache bound
-        first (as vLLM binds it before any build: the shuffle layout's scale tables read its
-        shape), then the group whose builder vLLM creates."""
+        """(config, layer, KV cache, attention group) for ``backend``: the cache bound first (as
+        vLLM binds it before any build: the shuffle layout's scale tables read its shape), then
+        the group whose builder vLLM creates."""
         from vllm_rocm_aiter_plugin.diagnostics import samples
         from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group
 
-        backend = harness.runnable_backend(
-            backend_for(kind),
-            self.gather,
-            case.fp8_dtype,
-            self.shuffle_write if case.shuffle else None,
-            bodies,
+        runnable = harness.runnable_backend(
+            backend, self.gather, case.fp8_dtype, self.shuffle_write if case.shuffle else None
         )
         config = self.config(case)
         name = samples.attention_layer(
             config,
             sliding_window=case.sliding_window,
-            backend=backend,
+            backend=runnable,
             sinks=case.sink_tensor(self.device),
         )
         layer = config.compilation_config.static_forward_context[name].to(self.device)
@@ -170,10 +137,7 @@ class Runner:
         )
         harness.bind_kv_cache(config, layer.layer_name, kv_cache)
         spec = samples.kv_cache_spec(config, sliding_window=case.sliding_window)
-        with mock.patch.dict(
-            os.environ, {FAST_BUILD_ENV: "0"} if kind == "plugin-vllm-build" else {}
-        ):
-            group = attention_group(backend, config, name, spec, self.device)
+        group = attention_group(runnable, config, name, spec, self.device)
         return config, layer, kv_cache, group
 
     def metadata(
@@ -192,17 +156,6 @@ class Runner:
                 with_upper_bound=case.with_upper_bound,
                 for_cudagraph_capture=for_cudagraph_capture,
             )
-
-    def build(
-        self,
-        case: ForwardCase,
-        kind: str,
-        step: StepTensors,
-        bodies: harness.BuildBodies | None = None,
-    ) -> tuple[Any, Any, Any, torch.Tensor]:
-        """(config, layer, metadata, KV cache) for ``kind``'s backend and ``step``."""
-        config, layer, kv_cache, group = self.prepare(case, kind, step.num_blocks, bodies)
-        return config, layer, self.metadata(group, case, step.batch), kv_cache
 
     @functools.cached_property
     def shuffle_write_ignores_kv_scales(self) -> bool | str | None:
@@ -235,48 +188,44 @@ class Runner:
             "without dividing by them: stock's and the plugin's alike, docs/upstream/README.md)"
         )
 
-    def run_kind(self, case: ForwardCase, kind: str, step: StepTensors) -> dict[str, Any]:
-        result: dict[str, Any] = {"kind": kind}
-        bodies = harness.BuildBodies()
+    def run_backend(
+        self, case: ForwardCase, kind: str, backend: type, step: StepTensors
+    ) -> Outcome:
+        outcome = Outcome(kind)
         try:
-            config, layer, meta, kv_cache = self.build(case, kind, step, bodies)
+            config, layer, kv_cache, group = self.prepare(case, backend, step.num_blocks)
+            meta = self.metadata(group, case, step.batch)
         except Exception as exc:
-            result["error"] = f"build raises {type(exc).__name__}: {exc}"
-            return result
-        if bodies.own or bodies.vllm:
-            result["builder_body"] = "own" if bodies.own else "vllm-build"
-        result["regions"] = [meta.num_decodes, meta.num_extends, meta.num_prefills]
-        result["chunks"] = chunks_of(meta)
+            outcome.error = f"build raises {type(exc).__name__}: {exc}"
+            return outcome
+        outcome.own_build = own_build_ran(group)
+        outcome.regions = [meta.num_decodes, meta.num_extends, meta.num_prefills]
+        outcome.chunks = chunks_of(meta)
         if meta.extend_metadata is not None:
             totals = meta.extend_metadata.chunk_context_metadata.total_token_per_batch
-            result["largest_chunk_tokens"] = max(totals, default=0)
+            outcome.largest_chunk_tokens = max(totals, default=0)
         calls_before = self.unified_attention.calls if self.unified_attention else 0
         try:
-            output = self.forward(config, layer, meta, step, kv_cache)
+            if step.context_k.shape[0]:  # earlier steps' tokens, written by vLLM's cache update
+                layer.impl.do_kv_cache_update(
+                    layer, step.context_k, step.context_v, kv_cache, step.context_slots
+                )
+            output = harness.layer_forward(
+                config, layer, meta, step.batch.slot_mapping, step.query, step.key, step.value
+            )
         except Exception as exc:
-            result["error"] = f"forward raises {type(exc).__name__}: {exc}"
-            result["traceback"] = traceback.format_exc(limit=-6)
-            return result
+            outcome.error = f"forward raises {type(exc).__name__}: {exc}"
+            outcome.traceback = traceback.format_exc(limit=-6)
+            return outcome
         finally:
             if self.unified_attention is not None:
-                result["unified_attention_calls"] = self.unified_attention.calls - calls_before
-        result["rows"] = self.judge(case, step, meta, output)
-        return result
-
-    def forward(
-        self, config: Any, layer: Any, meta: Any, step: StepTensors, kv_cache: torch.Tensor
-    ) -> torch.Tensor:
-        if step.context_k.shape[0]:  # earlier steps' tokens, written by vLLM's own cache update
-            layer.impl.do_kv_cache_update(
-                layer, step.context_k, step.context_v, kv_cache, step.context_slots
-            )
-        return harness.layer_forward(
-            config, layer, meta, step.batch.slot_mapping, step.query, step.key, step.value
-        )
+                outcome.unified_attention_calls = self.unified_attention.calls - calls_before
+        outcome.rows = self.judge(case, step, meta, output)
+        return outcome
 
     def judge(
         self, case: ForwardCase, step: StepTensors, meta: Any, output: torch.Tensor
-    ) -> list[dict[str, Any]]:
+    ) -> list[Row]:
         first_extend = meta.num_decodes
         first_prefill = meta.num_decodes + meta.num_extends
         rows = []
@@ -288,50 +237,83 @@ class Runner:
             want = dense_reference(case, step, row, region)
             finite = bool(torch.isfinite(got).all())
             error = float((got - want).abs().max()) if finite and got.numel() else 0.0
-            rows.append(
-                {
-                    "req_id": request.req_id,
-                    "context": request.context_len,
-                    "query": request.query_len,
-                    "region": region,
-                    "error": error if finite else None,
-                    "nan": not finite,
-                }
-            )
+            rows.append(Row(request.req_id, request.context_len, request.query_len, region,
+                            error if finite else None, not finite))  # fmt: skip
         return rows
 
     def run_case(
-        self, case: ForwardCase, seed: int = 0, kinds: Sequence[str] = KINDS
-    ) -> dict[str, Any]:
-        why_not = not_applicable_here(case, self.device) or self.shuffle_write_unusable(case)
-        if why_not:
-            return {
-                "case": case.name,
-                "order": case.order,
-                "configuration": configuration(case),
-                "not_applicable": why_not,
-            }
+        self, case: ForwardCase, backends: Mapping[str, type], seed: int = 0
+    ) -> CaseResult:
+        """``case`` with each of ``backends`` (kind -> backend class); in V2 order, also how
+        many context chunks stock's builder makes for the same requests in V1 order."""
+        result = CaseResult(case.name, case.order, configuration(case))
+        result.not_applicable = not_applicable_here(case, self.device) or (
+            self.shuffle_write_unusable(case)
+        )
+        if result.not_applicable:
+            return result
         start = time.monotonic()
         step = lay_out(case, case.ordered(), self.device, seed)
-        result: dict[str, Any] = {
-            "case": case.name,
-            "order": case.order,
-            "threshold": case.threshold,
-            "order_ids": [r.req_id for r in step.requests],
-            "tolerance": TOLERANCE[case.dtype],
-            "note": case.note,
-            "configuration": configuration(case),
-        }
-        for kind in kinds:
-            result[kind] = self.run_kind(case, kind, step)
+        result.threshold, result.note = case.threshold, case.note
+        result.order_ids = [r.req_id for r in step.requests]
+        result.tolerance = TOLERANCE[case.dtype]
+        for kind, backend in backends.items():
+            result.outcomes[kind] = self.run_backend(case, kind, backend, step)
         if case.order == "v2" and why_no_v1_order() is None:
             v1 = lay_out(case, case.ordered("v1"), self.device, seed)
             try:
-                result["v1_stock_chunks"] = chunks_of(self.build(case, "stock", v1)[2])
+                group = self.prepare(case, backend_for("stock"), v1.num_blocks)[3]
+                result.v1_stock_chunks = chunks_of(self.metadata(group, case, v1.batch))
             except Exception as exc:
-                result["v1_stock_chunks"] = f"build raises {type(exc).__name__}: {exc}"
-        result["seconds"] = round(time.monotonic() - start, 1)
+                result.v1_stock_chunks = f"build raises {type(exc).__name__}: {exc}"
+        result.seconds = round(time.monotonic() - start, 1)
         return result
+
+    def report(self) -> ForwardReport:
+        """A report of this process: vLLM, the device, what the release does; no cases yet."""
+        import vllm
+
+        import vllm_rocm_aiter_plugin
+
+        return ForwardReport(
+            vllm=vllm.__version__,
+            torch=torch.__version__,
+            plugin_file=vllm_rocm_aiter_plugin.__file__ or "",
+            device=str(self.device),
+            gather=self.gather_origin,
+            v1_order_absent=why_no_v1_order(),
+            takes_sinks=harness.takes_sinks(),
+            vllm_counts_sink_once=vllm_counts_sink_once_here(),
+            merge_makes_nan_of_empty_states=release_merge_makes_nan_of_empty_states(self.device),
+        )
+
+    def count_calls(self, report: ForwardReport) -> None:
+        """The report's record of what ran: references, AITER's kernel, gathers, writes."""
+        report.shuffle_write_ignores_kv_scales = self.shuffle_write_ignores_kv_scales
+        report.references = self.references
+        report.unified_attention = (
+            self.unified_attention.to_json()
+            if self.unified_attention is not None
+            else {"kernel": "AITER's (ROCm)", "aiter": True, "calls": None}
+        )
+        report.gather_calls = {
+            "kernel": self.gather.kernel_calls,
+            "reference": self.gather.reference_calls,
+            "kernel_checked_tokens": self.gather.checked_tokens,
+        }
+        report.shuffle_write_calls = {
+            "kernel": self.shuffle_write.kernel_calls,
+            "reference": self.shuffle_write.reference_calls,
+            "interpreter_carry_losses": self.shuffle_write.interpreter_carry_losses,
+            "interpreter_rounding_steps": self.shuffle_write.interpreter_rounding_steps,
+        }
+
+
+def own_build_ran(group: Any) -> bool | None:
+    """Whether the group's builder ran the plugin's own build (None: not the plugin's builder)."""
+    builder = group.get_metadata_builder()
+    runs_own_build = getattr(builder, "runs_own_build", None)
+    return runs_own_build() if runs_own_build is not None else None
 
 
 def set_kv_scales(layer: Any, k_scale: float, v_scale: float) -> None:
@@ -343,13 +325,12 @@ def set_kv_scales(layer: Any, k_scale: float, v_scale: float) -> None:
 
 
 def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
-    """Why ``case`` cannot run on ``device``, or None: a non-causal case where this release's
-    model-runner V2 builds causal batches only; an fp8 format that is not the GPU's own (a GPU
-    reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one); a
-    shuffle-layout case where stock's shuffle layout cannot run right
-    (:func:`harness.shuffle_layout_unavailable`); a sinks case where this release's ROCM_AITER_FA
-    takes no sinks."""
-    if case.sinks and not takes_sinks():
+    """Why ``case`` cannot run on ``device``, or None: a sinks case where this release's
+    ROCM_AITER_FA takes no sinks; a non-causal case where its model-runner V2 builds causal
+    batches only; a shuffle-layout case where stock's shuffle layout cannot run right
+    (:func:`harness.shuffle_layout_unavailable`); an fp8 format that is not the GPU's own (a GPU
+    reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one)."""
+    if case.sinks and not harness.takes_sinks():
         return "this release's ROCM_AITER_FA takes no attention sinks (supports_sink)"
     if not case.causal and not builds_non_causal_batches():
         return (
@@ -371,14 +352,6 @@ def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
         f"this GPU's fp8 format is {str(own).removeprefix('torch.')}, the case's "
         f"{case.fp8_format}: the CPU tier runs it"
     )
-
-
-def takes_sinks() -> bool:
-    """Whether this release's ROCM_AITER_FA backend says it supports attention sinks."""
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
-
-    supports_sink = getattr(AiterFlashAttentionBackend, "supports_sink", None)
-    return bool(supports_sink and supports_sink())
 
 
 def vllm_counts_sink_once_here() -> bool | None:
@@ -432,29 +405,25 @@ def why_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def unified_attention_for(device: torch.device) -> aiter_triton.UnifiedAttention | None:
+def unified_attention_for(device: torch.device) -> harness.UnifiedAttention | None:
     """What the forward runs as AITER's ``unified_attention``: None where the real AITER is
-    importable (ROCm: nothing is replaced); on CPU AITER's own Triton kernel where the
-    ``amd-aiter`` wheel loads, else the torch reference; the reference on other devices
-    (AITER's Triton kernels target HIP)."""
+    importable (ROCm: nothing is replaced), else the torch reference."""
     if reference_kernels.aiter_available():
         return None
-    if device.type == "cpu":
-        kernel, why_not = aiter_triton.load_unified_attention()
-        if kernel is not None:
-            return kernel
-    else:
-        why_not = f"AITER's Triton kernels target HIP, not {device.type}"
-    origin = f"the torch reference ({why_not})"
-    return aiter_triton.UnifiedAttention(
-        reference_kernels.unified_attention, origin, is_aiter=False
+    return harness.UnifiedAttention(
+        reference_kernels.unified_attention, "the torch reference (AITER is not importable here)"
     )
 
 
 @contextlib.contextmanager
-def forward_environment(device: torch.device, gather_budget: int | None) -> Iterator[Runner]:
+def forward_environment(
+    device: torch.device, gather_budget: int | None, unified_attention: Any = None
+) -> Iterator[Runner]:
+    """A :class:`Runner` with the references installed where vLLM imports the real kernels
+    (``unified_attention``: what runs as AITER's, default :func:`unified_attention_for`; the
+    tests give AITER's own Triton kernel)."""
     runner = Runner(device, gather_budget)
-    runner.unified_attention = unified_attention_for(device)
+    runner.unified_attention = unified_attention or unified_attention_for(device)
     try:
         with reference_kernels.installed(runner.unified_attention) as references:
             runner.references = references
@@ -463,169 +432,87 @@ def forward_environment(device: torch.device, gather_budget: int | None) -> Iter
         runner.close()
 
 
-def run(
-    names: Sequence[str] | None = None,
-    device: str = "cpu",
-    gather_budget: int | None = DEFAULT_GATHER_BUDGET,
-    cases: Sequence[ForwardCase] | None = None,
-    control: Sequence[str] = (),
-    kinds: Sequence[str] = KINDS,
-    extra: Mapping[str, Callable[[Runner], Any]] | None = None,
-) -> dict[str, Any]:
-    """Run the named cases (all by default) here with the backends ``kinds`` (plus the
-    ``CONTROLS`` for the cases named in ``control``); the report as one JSON-able dict.
-    ``extra`` adds entries to the report, each computed with the same runner (the tests'
-    CUDA-graph replay cases)."""
+def cases_here(cases: Sequence[ForwardCase]) -> list[ForwardCase]:
+    """``cases`` but the V1-order ones where the installed vLLM has no V1 runner."""
+    if why_no_v1_order() is None:
+        return list(cases)
+    return [case for case in cases if case.order != "v1"]
+
+
+def resolution() -> Resolution:
+    """What ``ROCM_AITER_FA`` resolves to once vLLM has loaded its general plugins, and how that
+    backend's builder builds the batches the plugin exists for (``probe``)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from vllm_rocm_aiter_plugin.diagnostics.probe import check_builder_behaviour
+
+    builder = _registered_backend().get_builder_cls()
+    backend = AttentionBackendEnum.ROCM_AITER_FA
+    return Resolution(
+        path=backend.get_path(),
+        stock=backend.value,
+        builder=f"{builder.__module__}.{builder.__qualname__}",
+        behaviour=check_builder_behaviour(builder),
+    )
+
+
+def run(request: ForwardRequest) -> ForwardReport:
+    """``request`` in this process."""
     import vllm
 
-    import vllm_rocm_aiter_plugin
-
-    if cases is None:
-        cases = [CASES_BY_NAME[n] for n in names] if names else CASES
-    no_v1 = why_no_v1_order()
-    if no_v1:
-        cases = [case for case in cases if case.order != "v1"]
-    torch_device = torch.device(device)
-    unavailable = why_unavailable(torch_device)
+    device = torch.device(request.device)
+    unavailable = why_unavailable(device)
     if unavailable:
-        return {"vllm": vllm.__version__, "unavailable": unavailable}
-    with forward_environment(torch_device, gather_budget) as runner:
-        report: dict[str, Any] = {
-            "vllm": vllm.__version__,
-            "torch": torch.__version__,
-            "plugin_file": vllm_rocm_aiter_plugin.__file__,
-            "device": str(torch_device),
-            "gather": runner.gather_origin,
-            "v1_order_absent": no_v1,
-            "takes_sinks": takes_sinks(),
-            "vllm_counts_sink_once": vllm_counts_sink_once_here(),
-            "merge_makes_nan_of_empty_states": release_merge_makes_nan_of_empty_states(
-                torch_device
-            ),
-            "cases": [
-                runner.run_case(case, kinds=(*kinds, *CONTROLS) if case.name in control else kinds)
-                for case in cases
-            ],
-        }
-        for key, produce in (extra or {}).items():
-            report[key] = produce(runner)
-        report["shuffle_write_ignores_kv_scales"] = runner.shuffle_write_ignores_kv_scales
-        report["references"] = runner.references
-        report["unified_attention"] = (
-            runner.unified_attention.to_json()
-            if runner.unified_attention is not None
-            else {"kernel": "AITER's (ROCm)", "aiter": True, "calls": None}
-        )
-        report["gather_calls"] = {
-            "kernel": runner.gather.kernel_calls,
-            "reference": runner.gather.reference_calls,
-            "kernel_checked_tokens": runner.gather.checked_tokens,
-        }
-        report["shuffle_write_calls"] = {
-            "kernel": runner.shuffle_write.kernel_calls,
-            "reference": runner.shuffle_write.reference_calls,
-            "interpreter_carry_losses": runner.shuffle_write.interpreter_carry_losses,
-            "interpreter_rounding_steps": runner.shuffle_write.interpreter_rounding_steps,
-        }
+        report = ForwardReport(vllm=vllm.__version__, unavailable=unavailable)
+    else:
+        backends = {kind: backend_for(kind) for kind in request.kinds}
+        with forward_environment(device, request.gather_budget) as runner:
+            report = runner.report()
+            report.cases = [runner.run_case(c, backends) for c in cases_here(request.cases)]
+            runner.count_calls(report)
+    if request.resolution:
+        try:
+            report.resolution = resolution()
+        except Exception as exc:
+            report.resolution_error = f"{type(exc).__name__}: {exc}"
     return report
 
 
-def run_in_child(
-    names: Sequence[str] | None = None,
-    gather_budget: int | None = DEFAULT_GATHER_BUDGET,
-    timeout: float = 1800,
-    extra_env: dict[str, str] | None = None,
-    control: Sequence[str] = (),
-    kinds: Sequence[str] = KINDS,
-    device: str = "cpu",
-    cases: Sequence[ForwardCase] | None = None,
-    module: str = __name__,
-    extra_args: Sequence[str] = (),
-) -> dict[str, Any]:
-    """:func:`run` in a new interpreter; on CPU started with Triton's interpreter environment.
-    ``cases`` (any, e.g. from vLLM's Scheduler) run instead of the named ones. ``module`` is
-    the child's entry (one whose ``main`` parses :func:`argument_parser`'s arguments, and
-    ``extra_args``)."""
-    command = [sys.executable, "-m", module, "--device", device, "--kinds", *kinds]
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as spec:
-        json.dump([case.to_json() for case in cases or ()], spec)
-    if cases is not None:
-        command += ["--cases-json", spec.name]
-        names = []
-    command += ["--gather-budget", "all" if gather_budget is None else str(gather_budget)]
-    if names is not None:
-        command += ["--cases", *names]
-    if control:
-        command += ["--control", *control]
-    command += extra_args
-    interpreter = harness.INTERPRETER_ENV if device == "cpu" else {}
-    env = {**os.environ, **interpreter, **(extra_env or {})}
-    try:
-        proc = run_process(command, env=env, cwd=None, timeout=timeout)
-    finally:
-        os.unlink(spec.name)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK) :])
-    raise RuntimeError(
-        f"the forward runner exited {proc.returncode} without a report:\n"
-        f"{(proc.stdout + proc.stderr)[-4000:]}"
-    )
+def child_env(device: str) -> dict[str, str]:
+    """The environment changes a forward child needs: Triton's interpreter on CPU."""
+    return dict(harness.INTERPRETER_ENV) if device == "cpu" else {}
 
 
-def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES_BY_NAME))
-    parser.add_argument(
-        "--control",
-        nargs="*",
-        default=(),
-        help=f"cases also run with {', '.join(CONTROLS)}",
-    )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=sorted(backends_names()))
-    parser.add_argument("--gather-budget", default=str(DEFAULT_GATHER_BUDGET))
-    parser.add_argument("--cases-json", metavar="PATH", help="cases as written by to_json")
-    parser.add_argument("--json", metavar="PATH", help="also write the report here")
-    return parser
+def run_in_child(request: ForwardRequest, timeout: float = 1800) -> ForwardReport:
+    """:func:`run` in a fresh interpreter."""
+    return finish(start(request, timeout))
 
 
-def run_parsed(
-    args: argparse.Namespace,
-    more_cases: Sequence[ForwardCase] = (),
-    extra: Mapping[str, Callable[[Runner], Any]] | None = None,
-) -> dict[str, Any]:
-    """:func:`run` with :func:`argument_parser`'s arguments (and ``more_cases`` after the rest)."""
-    cases = [CASES_BY_NAME[n] for n in args.cases] if args.cases is not None else list(CASES)
-    if args.cases_json:
-        with open(args.cases_json) as f:
-            cases += [ForwardCase.from_json(data) for data in json.load(f)]
-    return run(
-        device=args.device,
-        gather_budget=None if args.gather_budget == "all" else int(args.gather_budget),
-        cases=[*cases, *more_cases],
-        control=args.control,
-        kinds=args.kinds,
-        extra=extra,
-    )
+def start(request: ForwardRequest, timeout: float = 1800) -> child.Started:
+    """Start :func:`run` in a fresh interpreter; :func:`finish` reads its report."""
+    return child.start(
+        ["-m", __name__], request=request.to_json(), env=child_env(request.device),
+        timeout=timeout,
+    )  # fmt: skip
 
 
-def emit(report: dict[str, Any], json_path: str | None) -> int:
-    """Hand ``report`` to the parent (one marked line on stdout), and to ``json_path``."""
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(report, f, indent=1)
-    if "unified_attention" in report:
-        used = report["unified_attention"]
-        print(f"forward tier: unified_attention: {used['kernel']}; calls: {used['calls']}",
+def finish(started: child.Started) -> ForwardReport:
+    done = child.finish(started)
+    if done.result is None:
+        raise RuntimeError(
+            f"the forward runner exited {done.returncode} without a report:\n{done.output[-4000:]}"
+        )
+    return ForwardReport.from_json(done.result)
+
+
+def main() -> int:
+    report = run(ForwardRequest.from_json(child.read_request()))
+    if report.unified_attention:
+        used = report.unified_attention
+        print(f"forward: unified_attention: {used['kernel']}; calls: {used['calls']}",
               file=sys.stderr)  # fmt: skip
-    print(RESULT_MARK + json.dumps(report), flush=True)
+    child.report(report.to_json())
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = argument_parser().parse_args(argv)
-    return emit(run_parsed(args), args.json)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,203 @@
+"""AITER's own Triton ``unified_attention``, loaded from an installed ``amd-aiter`` wheel into a
+CPU process, for the forward tier to run under Triton's interpreter instead of the torch reference
+the commands run.
+
+ROCM_AITER_FA's decode path imports ``aiter.ops.triton.unified_attention.unified_attention``
+(EAGLE verification, query length > 1; sliding-window decodes on 0.23.0; head sizes below 64).
+The module is Triton source, so it runs on CPU under ``TRITON_INTERPRET=1``, once three
+questions it asks of a ROCm machine are answered. Each answer holds in this process only; the
+installed wheel is never modified:
+
+- ``import aiter`` builds AITER's JIT and raises without ROCm. The modules are loaded with
+  ``aiter``, ``aiter.ops`` and ``aiter.ops.triton`` registered as bare packages whose
+  ``__path__`` is the wheel's folder, so that no package ``__init__`` runs; once the load is
+  done, ``sys.modules`` holds the ``aiter`` modules it held before, and no others.
+- At import, ``aiter/ops/triton/utils/_triton/arch_info.get_arch`` asks Triton's active driver
+  for the GPU target, and the interpreter has no driver. During the import only, the active
+  driver is one that answers ``GPUTarget("hip", "gfx942", 64)`` (MI300X); then the previous one
+  is put back.
+- At each call, ``utils/device_info.get_num_sms`` asks ``torch.cuda`` for the CU count. The
+  function that runs is a copy of AITER's (the plugin's ``rebind.with_globals``)
+  whose ``get_num_sms`` returns MI300X's 304; the count only shapes the launch grid and the
+  2D/3D kernel choice.
+
+Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as raw bit patterns. A bf16 call
+therefore runs AITER's kernel on a float32 copy of q (exact) into a float32 output that is then
+rounded to bf16: the kernel's code is the same, its dtype is not. 16-bit caches are widened with
+q; fp8 caches never are: the kernel dequantises only ``if K_load.dtype.is_fp8()``, so a widened
+fp8 cache would silently drop the scale (the ``widened-fp8-caches`` mutation shows the tier
+fails then). The report counts such calls. Every call is also run through the torch reference
+on the same inputs, so that the report says how far the reference is from AITER's kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward.harness import UnifiedAttention
+from vllm_rocm_aiter_plugin.rebind import with_globals
+
+MODULE = "aiter.ops.triton.unified_attention"
+BARE_PACKAGES = ("aiter", "aiter.ops", "aiter.ops.triton")
+TARGET = ("hip", "gfx942", 64)
+"""What Triton's active driver answers during the import: MI300X (gfx942, 64-wide wavefronts)."""
+MI300X_COMPUTE_UNITS = 304
+
+
+def agreement(got: torch.Tensor, want: torch.Tensor) -> tuple[float, bool]:
+    """(largest |got - want|, whether every element is within two units in the last place of
+    ``got``'s dtype at the larger of 1 and |want|): two roundings of nearly the same float32."""
+    eps = torch.finfo(got.dtype).eps
+    got, want = got.float(), want.float()
+    error = (got - want).abs()
+    bound = 2 * eps * want.abs().clamp(min=1.0)
+    return float(error.max()) if error.numel() else 0.0, bool((error <= bound).all())
+
+
+@dataclass
+class AiterUnifiedAttention(UnifiedAttention):
+    """AITER's kernel as the forward runs it: bf16 calls widened to float32 (above), every call
+    also run through the torch reference on the same inputs and the two outputs compared
+    (:func:`agreement`)."""
+
+    widen_bf16: bool = True
+    reference: Callable[..., None] | None = None  # None: reference_kernels.unified_attention
+    widen_fp8_caches: bool = False  # a mutation only: what a careless widening does
+    bf16_widened_calls: int = 0
+    fp8_cache_calls: int = 0
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 **kwargs: Any) -> None:  # fmt: skip
+        reference_kernels.check_unified_attention(q, out, **kwargs)
+        self.calls += 1
+        fp8 = k.dtype in reference_kernels.FP8_DTYPES
+        self.fp8_cache_calls += fp8
+        before = out.clone()
+        widen_q = self.widen_bf16 and q.dtype == torch.bfloat16
+        widen_caches = (widen_q and not fp8) or self.widen_fp8_caches
+        if widen_q or widen_caches:
+            self.bf16_widened_calls += widen_q
+            wide = out.float()  # rows the kernel does not write keep what the caller's buffer held
+            caches = (k.float(), v.float()) if widen_caches else (k, v)
+            self.function(q=q.float(), k=caches[0], v=caches[1], out=wide, **kwargs)
+            out.copy_(wide)
+        else:
+            self.function(q=q, k=k, v=v, out=out, **kwargs)
+        (self.reference or reference_kernels.unified_attention)(q, k, v, before, **kwargs)
+        error, agrees = agreement(out, before)
+        self.checks.append({"dtype": str(q.dtype).removeprefix("torch."), "error": error,
+                            "agrees": agrees, "seqs": len(kwargs["seqused_k"])})  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        largest: dict[str, float] = {}
+        for check in self.checks:
+            largest[check["dtype"]] = max(largest.get(check["dtype"], 0.0), check["error"])
+        return {
+            **super().to_json(),
+            "bf16_widened_calls": self.bf16_widened_calls,
+            "fp8_cache_calls": self.fp8_cache_calls,
+            "cross_checked_calls": len(self.checks),
+            "cross_check_disagreements": sum(not c["agrees"] for c in self.checks),
+            "cross_check_largest_error": largest,
+        }
+
+
+def _bare_package(name: str, folder: Path) -> types.ModuleType:
+    module = types.ModuleType(name, "bare package: its __init__ is not run (forward tier)")
+    spec = importlib.machinery.ModuleSpec(name, loader=None, is_package=True)
+    spec.submodule_search_locations = [str(folder)]
+    module.__spec__ = spec
+    module.__path__ = [str(folder)]
+    return module
+
+
+class _HipTarget:
+    """Triton's active driver for the length of AITER's import: answers AITER's arch query."""
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget(*TARGET)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_active_torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def loading(root: Path) -> Iterator[None]:
+    """Bare ``aiter`` packages and a HIP target for the import; afterwards ``sys.modules`` and
+    Triton's active driver are as they were."""
+    from triton.runtime import driver
+
+    def aiter_modules() -> list[str]:
+        return [name for name in sys.modules if name == "aiter" or name.startswith("aiter.")]
+
+    before = {name: sys.modules.pop(name) for name in aiter_modules()}  # e.g. a failed import's
+    try:
+        previous = driver.active
+    except RuntimeError:  # no active driver: the interpreter on a machine without a GPU
+        previous = None
+    for name in BARE_PACKAGES:
+        sys.modules[name] = _bare_package(name, root.joinpath(*name.split(".")[1:]))
+    driver.set_active(_HipTarget())
+    try:
+        yield
+    finally:
+        driver.set_active(previous)
+        for name in aiter_modules():
+            del sys.modules[name]
+        sys.modules.update(before)
+
+
+def _distribution() -> str:
+    names = importlib.metadata.packages_distributions().get("aiter") or ["aiter"]
+    try:
+        return f"{names[0]} {importlib.metadata.version(names[0])}"
+    except importlib.metadata.PackageNotFoundError:
+        return names[0]
+
+
+def load_unified_attention() -> tuple[AiterUnifiedAttention | None, str]:
+    """AITER's ``unified_attention`` ready to run in this CPU process, or None and why not."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return None, "AITER's Triton kernels run on CPU only under TRITON_INTERPRET=1"
+    spec = importlib.util.find_spec("aiter")
+    if spec is None or not spec.submodule_search_locations:
+        return None, "no aiter package is installed (the amd-aiter wheel)"
+    root = Path(next(iter(spec.submodule_search_locations)))
+    if not root.joinpath("ops", "triton", "unified_attention.py").is_file():
+        return None, f"the aiter package at {root} has no ops/triton/unified_attention.py"
+    try:
+        with loading(root):
+            module = importlib.import_module(MODULE)
+        function = with_globals(
+            module.unified_attention, {"get_num_sms": lambda: MI300X_COMPUTE_UNITS}
+        )
+    except Exception as exc:  # an AITER this loader does not know: fall back, say why
+        return (
+            None,
+            f"{MODULE} of {_distribution()} does not load here: {type(exc).__name__}: {exc}",
+        )
+    origin = (
+        f"AITER's Triton unified_attention ({_distribution()}, {root}), "
+        "under the Triton interpreter"
+    )
+    return AiterUnifiedAttention(function, origin, is_aiter=True), origin
