@@ -278,7 +278,7 @@ def dist(session: nox.Session) -> None:
 
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-"""Every Python ``requires-python`` and the classifiers claim (``tests/test_packaging.py`` checks
+"""Every Python ``requires-python`` and the classifiers claim (``tests/project/test_packaging.py`` checks
 that they agree)."""
 
 

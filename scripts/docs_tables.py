@@ -6,7 +6,7 @@
 A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``:
 - ``releases``: ``compat/results.json`` (``bash scripts/nox -s compat``) with the release facts of
   ``src/vllm_rocm_aiter_plugin/releases.py``;
-- ``variables`` (README) and ``variables-all`` (``docs/architecture.md``): ``envs.VARIABLES``;
+- ``variables`` (README): ``envs.VARIABLES``;
 - ``bench``: ``benchmarks/results/bench.json`` (``bash scripts/nox -s bench``);
 - ``trace`` and ``trace-forward``: ``benchmarks/results/serving_trace.json``
   (``bash scripts/nox -s trace``);
@@ -161,16 +161,12 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def variables_table(owners: tuple[str, ...]) -> str:
-    """``envs.VARIABLES`` of those owners: name, values accepted, what it does."""
+def variables_table() -> str:
+    """``envs.VARIABLES``: name, whose it is, its values and what they do."""
     from vllm_rocm_aiter_plugin import envs
 
     lines = ["| variable | owner | values and effect |", "|---|---|---|"]
-    lines += [
-        f"| `{v.name}` | {v.owner} | {_md_cell(v.doc)} |"
-        for v in envs.VARIABLES
-        if v.owner in owners
-    ]
+    lines += [f"| `{v.name}` | {v.owner} | {_md_cell(v.doc)} |" for v in envs.VARIABLES]
     return "\n".join(lines)
 
 
@@ -220,8 +216,7 @@ def _script(name: str):
 TABLES: dict[str, Callable[[], str]] = {
     "timings": timings_sentence,
     "timings-all": timings_table,
-    "variables": lambda: variables_table(("plugin", "vLLM")),
-    "variables-all": lambda: variables_table(("plugin", "vLLM", "tests")),
+    "variables": variables_table,
     "releases": releases_table,
     "upstream-releases": upstream_releases_table,
     "bench": bench_table,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.commands.test_doctor import LOG_LINE
 from tests.helpers import environment, vllm_releases
 from tests.helpers.commands import DEMO, run
@@ -105,6 +107,7 @@ def test_demo_log_holds_no_line_that_contradicts_it():
         assert any(line.startswith("  INFO ROCM_AITER_FA -> ") for line in log), log
 
 
+@pytest.mark.project
 def test_help_and_readme_name_the_same_three_bugs():
     from pathlib import Path
 
@@ -120,6 +123,7 @@ def test_help_and_readme_name_the_same_three_bugs():
         assert words.lower() in readme.lower(), words
 
 
+@pytest.mark.project  # the plugin's own switch: the same on every release
 def test_demo_fails_when_the_plugin_is_disabled():
     proc = run(DEMO, (("VLLM_ROCM_AITER_PLUGIN", "0"),))
     assert proc.returncode == 1

@@ -134,6 +134,7 @@ def test_a_disabled_plugin_and_what_the_environment_gets_wrong_are_each_a_proble
         assert report["verdict"].startswith("fix not needed")
 
 
+@pytest.mark.project  # the options' plumbing; fp8 on each release: the forward tier's fp8 cases
 def test_the_doctor_checks_the_operators_serving_configuration():
     """``--kv-cache-dtype fp8 --block-size 32 --head-size 128``: the forward check runs in that
     configuration (fp8 in this device's format, scales that are not 1) and the JSON names it."""
@@ -190,6 +191,7 @@ def _cli(*args: str, **options) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.project
 def test_a_closed_stdout_exits_2_with_one_line():
     proc = subprocess.run(
         f"{sys.executable} -m vllm_rocm_aiter_plugin doctor --json >&-",
@@ -201,6 +203,7 @@ def test_a_closed_stdout_exits_2_with_one_line():
     assert len(ours) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.project
 def test_help_lists_each_command_once_the_exit_codes_and_the_serving_options():
     proc = _cli("--help")
     assert proc.returncode == 0
@@ -215,6 +218,7 @@ def test_help_lists_each_command_once_the_exit_codes_and_the_serving_options():
         assert option in doctor_help.stdout
 
 
+@pytest.mark.project
 def test_bad_doctor_option_shows_the_doctors_usage():
     proc = _cli("doctor", "--bogus")
     assert proc.returncode == 2
@@ -222,6 +226,7 @@ def test_bad_doctor_option_shows_the_doctors_usage():
     assert "unrecognized arguments: --bogus" in proc.stderr
 
 
+@pytest.mark.project
 def test_the_cli_without_vllm_or_torch_exits_2_with_one_line(tmp_path):
     """The installed package run by a Python that has neither vLLM nor torch (no site-packages:
     only the package itself is on its path)."""

@@ -20,6 +20,8 @@ from tests.helpers.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin.diagnostics import child
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness
 
+pytestmark = pytest.mark.project  # AITER's pinned kernel against the reference: no vLLM in it
+
 
 def run_child(shapes: list[dict]) -> dict:
     done = child.run(

@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +120,8 @@ def run(tier: TierRequest) -> ForwardReport:
         if tier.graph_replays:
             report.extras["graph_replays"] = graph_replay.run_all(forward, backends)
         forward.count_calls(report)
-    by_name = {case.name: case for case in request.cases}
+    from tests.helpers.forward_cases import CASES_BY_NAME
+
     for name, names in tier.mutations.items():
         on_aiter = tier.aiter_kernel and name not in forward_mutations.OF_THE_REFERENCE
         kernel = unified_attention(device, on_aiter)
@@ -129,7 +129,7 @@ def run(tier: TierRequest) -> ForwardReport:
             forward_mutations.planted(name, kernel),
             runner.forward_environment(device, request.gather_budget, kernel) as forward,
         ):
-            ran = [forward.run_case(by_name[n], backends) for n in names]
+            ran = [forward.run_case(CASES_BY_NAME[n], backends) for n in names]
         report.extras.setdefault("mutations", {})[name] = {
             "cases": [dataclasses.asdict(c) for c in ran],
             "unified_attention": kernel.to_json() if kernel is not None else {},
@@ -143,16 +143,51 @@ def mutated(report: ForwardReport, name: str) -> tuple[list[CaseResult], dict[st
     return [CaseResult.from_json(c) for c in found["cases"]], found["unified_attention"]
 
 
-def run_in_child(tier: TierRequest, env: Mapping[str, str] | None = None) -> ForwardReport:
-    """:func:`run` in a fresh interpreter, the repository's root on its path."""
+def start(tier: TierRequest) -> child.Started:
+    """:func:`run` started in a fresh interpreter, the repository's root on its path."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    done = child.run(
+    return child.start(
         ["-m", __name__], request=tier.to_json(), timeout=3600,
-        env={**runner.child_env(tier.forward.device), "PYTHONPATH": path, **(env or {})},
+        env={**runner.child_env(tier.forward.device), "PYTHONPATH": path},
     )  # fmt: skip
+
+
+def finish(started: child.Started) -> ForwardReport:
+    done = child.finish(started)
     if done.result is None:
         raise RuntimeError(f"the forward child exited {done.returncode}:\n{done.output[-4000:]}")
     return ForwardReport.from_json(done.result)
+
+
+def run_in_child(tier: TierRequest) -> ForwardReport:
+    return finish(start(tier))
+
+
+COUNTED = ("calls", "bf16_widened_calls", "fp8_cache_calls", "cross_checked_calls",
+           "cross_check_disagreements")  # fmt: skip
+
+
+def merged(first: ForwardReport, second: ForwardReport) -> ForwardReport:
+    """Two children's reports of one tier as one: the cases of both, the calls summed."""
+    used = dict(first.unified_attention)
+    for key in COUNTED:
+        if isinstance(used.get(key), int):
+            used[key] += second.unified_attention[key]
+    largest = dict(used.get("cross_check_largest_error") or {})
+    for dtype, error in (second.unified_attention.get("cross_check_largest_error") or {}).items():
+        largest[dtype] = max(largest.get(dtype, 0.0), error)
+    if "cross_check_largest_error" in used:
+        used["cross_check_largest_error"] = largest
+    return dataclasses.replace(
+        first,
+        cases=[*first.cases, *second.cases],
+        unified_attention=used,
+        gather_calls={k: v + second.gather_calls[k] for k, v in first.gather_calls.items()},
+        shuffle_write_calls={
+            k: v + second.shuffle_write_calls[k] for k, v in first.shuffle_write_calls.items()
+        },
+        extras={**first.extras, **second.extras},
+    )
 
 
 def main() -> int:
@@ -175,16 +210,21 @@ MUTATED_CASES = {
 
 @functools.cache
 def tier_report() -> ForwardReport:
-    """The CPU forward tier's one run, shared by the ``tests/forward`` modules (one xdist group):
-    every case, the controls, the Scheduler's steps, the graph replays and the mutations."""
+    """The CPU forward tier's one run, read by every test of ``tests/forward/test_forward.py``:
+    every case, the controls, the Scheduler's steps, the graph replays and the mutations, in two
+    children side by side (each half the cases; the machines have two cores)."""
     from tests.helpers.forward_cases import CASES
 
-    return run_in_child(
-        TierRequest(
-            ForwardRequest(list(CASES)), list(CONTROL_CASES), scheduler_steps=True,
-            graph_replays=True, mutations=MUTATED_CASES,
-        )
+    halves = (
+        TierRequest(ForwardRequest(list(CASES[0::2])), list(CONTROL_CASES), scheduler_steps=True),
+        TierRequest(ForwardRequest(list(CASES[1::2])), list(CONTROL_CASES), graph_replays=True,
+                    mutations=MUTATED_CASES),
     )  # fmt: skip
+    started = [start(half) for half in halves]
+    first, second = (finish(s) for s in started)
+    if first.unavailable or second.unavailable:
+        return first if first.unavailable else second
+    return merged(first, second)
 
 
 def tier_report_or_skip() -> ForwardReport:

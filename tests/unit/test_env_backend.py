@@ -3,7 +3,7 @@ selection (``get_attn_backend_cls``): it selects what it names where vLLM passes
 stock's automatic selection accepts it (an ``Offer``), legacy names select what they meant, no
 value ever stops a start, and nothing of the VllmConfig is written, so no other reader of
 ``attention_config.backend`` sees the variable. On vLLM's real ROCm platform (emulated GPUs):
-``tests/test_backend_selection.py``."""
+``tests/commands/test_backend_selection.py``."""
 
 from __future__ import annotations
 

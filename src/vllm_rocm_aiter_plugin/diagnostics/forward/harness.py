@@ -1,25 +1,12 @@
 """Run vLLM's real ROCM_AITER_FA forward for one step: its ``Attention`` layer, custom ops,
-``AiterFlashAttentionImpl`` (``do_kv_cache_update``, ``forward``, ``extend_forward``, the
-sliding-window path) and its Triton kernels; only what needs ROCm is replaced
-(:mod:`.reference_kernels`).
+``AiterFlashAttentionImpl`` and its Triton kernels; only what needs ROCm is replaced
+(:mod:`.reference_kernels`). vLLM's module and classes are never modified: where a method must
+see something else (the gather and shuffle write vLLM defines only under ``is_rocm()``, a platform
+answering another fp8 format, a ``rocm_aiter_ops`` serving the shuffle layout), it runs in a
+subclass whose methods are copies with private globals (:mod:`..rebind`).
 
 On CPU the Triton kernels run under Triton's interpreter: the process must start with
-``TRITON_INTERPRET=1`` and ``CUDA_VISIBLE_DEVICES`` set but empty (``INTERPRETER_ENV``; vLLM
-otherwise disables Triton when no driver is active). vLLM defines ``cp_mha_gather_cache`` only
-under ``current_platform.is_rocm()``; off ROCm it is loaded from the installed module's own source
-and given to vLLM's methods through a private copy of their globals (:mod:`..rebind`): vLLM's
-module and classes are never modified. Gather calls larger than a token budget run the torch
-reference, and vLLM's kernel on the first ``budget`` tokens of that call is checked against it.
-
-An fp8 cache is viewed as ``current_platform.fp8_dtype()``. Off ROCm that is OCP's
-``float8_e4m3fn`` (gfx950's); a case in MI300's ``float8_e4m3fnuz`` gives the same methods a
-platform answering that format (:class:`PlatformWithFp8`), in the same private globals. On ROCm
-the hardware's format is the only one, and a case in another cannot run there.
-
-A shuffle-layout case gives vLLM's methods (the impl's and the builders') a ``rocm_aiter_ops``
-that answers True to ``is_shuffle_kv_cache_enabled()`` (:func:`shuffle_layout_ops`), in the same
-private globals, and off ROCm vLLM's shuffle write loaded like the gather (:class:`ShuffleWrite`).
-"""
+``INTERPRETER_ENV`` (vLLM otherwise disables Triton when no driver is active)."""
 
 from __future__ import annotations
 
@@ -44,12 +31,10 @@ AITER_OPS_NAME = "rocm_aiter_ops"
 
 @functools.cache
 def vllm_rocm_kernel(name: str) -> tuple[Callable[..., Any] | None, str]:
-    """vLLM's ROCm-only Triton function ``name`` of ``rocm_aiter_fa`` (``cp_mha_gather_cache``,
-    ``reshape_and_cache_shuffle_triton``): the module's own on ROCm, else loaded from its source
-    (the body of its ``if current_platform.is_rocm():`` block without its imports from AITER,
-    which cannot load off ROCm and which these kernels do not use; 0.29-0.32 import AITER's
-    Gluon decode there; run in a copy of the module's namespace). Returns (function or None,
-    where it came from or why it is missing)."""
+    """vLLM's ROCm-only Triton function ``name`` of ``rocm_aiter_fa``: the module's own on ROCm,
+    else loaded from its source (its ``if current_platform.is_rocm():`` block without the imports
+    from AITER, which cannot load off ROCm, run in a copy of the module's namespace). Returns
+    (function or None, where it came from or why it is missing)."""
     from vllm.v1.attention.backends import rocm_aiter_fa
 
     own = vars(rocm_aiter_fa).get(name)
@@ -140,16 +125,11 @@ class Gather:
 
 @dataclass
 class ShuffleWrite:
-    """The ``reshape_and_cache_shuffle_triton`` the impl calls under the shuffle layout off
-    ROCm: vLLM's Triton kernel, under the interpreter.
-
-    For an fp8 cache the reference writes the cache and vLLM's kernel writes a copy, which must
-    agree to within the Triton interpreter's float32-to-fp8 conversion: it does not round to
-    nearest even as the GPU and the reference do (measured: one fp8 step off in about 0.5% of
-    values), and it loses the carry of a mantissa that rounds up to the next power of two,
-    storing half that power (15.87 becomes 8, not 16; about 3%). Anything else (a wrong slot,
-    layout or scale) raises ``LauncherError``. A 16-bit cache is written by vLLM's kernel
-    itself and checked against the reference, which must agree exactly."""
+    """The shuffle layout's cache write off ROCm: vLLM's Triton kernel, under the interpreter. A
+    16-bit cache is written by the kernel and must equal the reference's. For an fp8 cache the
+    reference writes the cache and the kernel a copy, which must agree up to the interpreter's
+    float32-to-fp8 conversion (no round to nearest even: one fp8 step on about 0.5% of values; a lost
+    carry into the next power of two: half that power); anything else raises ``LauncherError``."""
 
     kernel: Callable[..., Any] | None
     kernel_calls: int = 0
@@ -241,9 +221,8 @@ class UnifiedAttention:
 
 
 def shuffle_layout_ops() -> type:
-    """vLLM's ``rocm_aiter_ops`` answering True to ``is_shuffle_kv_cache_enabled()`` (a subclass:
-    every other operation is vLLM's own). vLLM's methods that read the flag see it through
-    private globals (:func:`runnable_backend`); the process's own flag is left as it is."""
+    """vLLM's ``rocm_aiter_ops`` answering True to ``is_shuffle_kv_cache_enabled()`` (a subclass),
+    for vLLM's methods' private globals; the process's own flag is left as it is."""
     from vllm._aiter_ops import rocm_aiter_ops
 
     return type(
@@ -265,11 +244,9 @@ NO_SHUFFLE_LAYOUT = "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
 
 
 def shuffle_layout_unavailable() -> str | None:
-    """Why stock's shuffle KV-cache layout cannot run right on this vLLM, or None: it has no
-    shuffle layout, or its cache keeps K and V interleaved within each block
-    (``get_kv_cache_shape``), which AITER's shuffle decode cannot read (it derives a page's
-    address from the block number; vLLM 0.33.0 asserts dense planes, which its
-    ``customize_spec`` head slots and LHBNC layout give)."""
+    """Why stock's shuffle KV-cache layout cannot run right here, or None: this vLLM has none, or
+    keeps K and V interleaved within each block (``get_kv_cache_shape``), which AITER's shuffle decode
+    cannot read (``docs/upstream/README.md``)."""
     from vllm.v1.attention.backends import rocm_aiter_fa
 
     backend = rocm_aiter_fa.AiterFlashAttentionBackend
@@ -320,12 +297,10 @@ def runnable_impl(
     fp8_dtype: torch.dtype | None = None,
     shuffle_write: ShuffleWrite | None = None,
 ) -> type:
-    """``impl_cls`` itself where vLLM has its gather kernel and the platform's fp8 format is
-    ``fp8_dtype``; elsewhere a subclass whose vLLM methods that call ``cp_mha_gather_cache``
-    (``extend_forward``, the sliding-window path) see ``gather`` and whose methods that read
-    ``current_platform`` see :func:`platform_globals`. With ``shuffle_write`` (the shuffle
-    layout) its methods also see :func:`shuffle_layout_ops` and, where vLLM has none, that
-    write. The class's own overrides stay in front of them (its ``super()`` reaches them)."""
+    """``impl_cls`` whose methods (vLLM's and its own) that read ``cp_mha_gather_cache``,
+    ``current_platform`` or, with ``shuffle_write``, ``rocm_aiter_ops`` and the shuffle write see
+    ``gather``, :func:`platform_globals` and :func:`shuffle_layout_ops`, where this process lacks them;
+    ``impl_cls`` itself where it lacks none."""
     from vllm.v1.attention.backends import rocm_aiter_fa
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
 
@@ -412,13 +387,9 @@ def allocate_kv_cache(
     device: torch.device,
     shuffle: bool = False,
 ) -> torch.Tensor:
-    """A zeroed KV cache in the layout the backend asks for: its ``get_kv_cache_shape`` where it
-    has one (0.20-0.28), else the logical ``[blocks, kv_heads, block_size, 2 * head_size]`` in its
-    first supported layout (0.29 onwards, LBHNC: that shape, contiguous). Under the shuffle
-    layout from 0.29 on, ``customize_spec`` publishes K and V as two head slots of
-    ``kv_heads * head_size`` and the layout is LHBNC, the slots outermost, so that each side is
-    one dense plane of pages (``supported_kv_cache_layouts``; the shuffle decode asserts it):
-    ``[blocks, 2, block_size, kv_heads * head_size]`` viewed over ``[2, blocks, ...]``."""
+    """A zeroed KV cache in the layout the backend asks for: its ``get_kv_cache_shape`` (0.20-0.28),
+    else ``[blocks, kv_heads, block_size, 2 * head_size]`` (LBHNC). Under the shuffle layout from 0.29
+    on, K and V as two dense planes of pages (``customize_spec``'s head slots, LHBNC)."""
     if shuffle and not hasattr(backend, "get_kv_cache_shape"):
         planes = torch.zeros(
             2, num_blocks, block_size, num_kv_heads * head_size, dtype=dtype, device=device
@@ -450,9 +421,8 @@ def layer_forward(
     key: torch.Tensor,
     value: torch.Tensor,
 ) -> torch.Tensor:
-    """``Attention.forward`` inside vLLM's forward context, through the custom ops
-    (``torch.ops.vllm.unified_kv_cache_update`` / ``unified_attention_with_output``) as on ROCm.
-    Returns [tokens, heads, head_size]."""
+    """``Attention.forward`` in vLLM's forward context, through the custom ops as on ROCm;
+    [tokens, heads, head_size]."""
     from vllm.forward_context import set_forward_context
 
     layer.use_direct_call = False  # this layer object only: ROCm goes through the custom ops

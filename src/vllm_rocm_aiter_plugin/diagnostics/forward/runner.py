@@ -62,7 +62,7 @@ def backend_for(kind: str) -> type:
 
 
 @functools.cache
-def _registered_backend() -> type:
+def _registered_backend() -> Any:
     from vllm.plugins import load_general_plugins
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
