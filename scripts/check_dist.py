@@ -1,19 +1,6 @@
-"""Check what ``python -m build`` put in DIST against the package tree: ``python scripts/check_dist.py DIST``.
+"""Check what ``python -m build`` put in DIST against the package tree.
 
-Run by ``bash scripts/nox -s dist`` (``.ci/run``, the release workflow). What is expected comes from
-the tree, not from a list: every file under ``src/vllm_rocm_aiter_plugin/`` but bytecode, and every
-file ``git ls-files`` tracks but ``EXCLUDED``. It checks
-- the wheel holds exactly the package's files, byte for byte;
-- the sdist holds exactly the tracked files but ``EXCLUDED``, byte for byte, plus what setuptools
-  generates (``GENERATED``): its tests, docs, scripts and requirements run and build from it;
-- the wheel that the sdist built equals one built straight from the tree, member for member;
-- the wheel's version is ``_version.py``'s, it requires nothing, and it declares both vLLM entry
-  points and the console script of ``pyproject.toml``; the long description (the README) has no
-  relative link, since it is the package index's page, and its repository links start with
-  ``[project.urls] Source``;
-- a second build of the same commit (``SOURCE_DATE_EPOCH`` set, the sdist through
-  ``scripts/reproducible_sdist.py``) gives byte-identical files.
-Prints one line per check; exits 1 naming every difference.
+``python scripts/check_dist.py DIST``; exits 1 naming every difference.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
 """What an operator's ``pip`` does with the plugin's wheel: ``python scripts/check_installed.py
 WHEEL``.
-
-Run by ``bash scripts/nox -s tests`` after each release's suite, in that environment (torch, vLLM
-with ``--no-deps`` and its pinned dependencies), the plugin uninstalled first. It installs the
-wheel with ``pip install --no-deps``, checks from a directory outside the checkout that Python
-imports that copy and that ``ROCM_AITER_FA`` resolves to it, uninstalls the plugin, and checks
-that vLLM and torch are as before and that ``ROCM_AITER_FA`` resolves to stock again. (The
-README's commands themselves run, from outside the checkout, in ``tests/commands``.) Prints one
-line per check; exits 1 if any failed.
 """
 
 from __future__ import annotations

@@ -1,28 +1,4 @@
-"""Run the CPU suite against several vLLM releases in one environment; record the results.
-
-Usage (inside an environment built by ``noxfile.py``; ``bash scripts/nox -s compat`` does it all,
-for every release in ``src/vllm_rocm_aiter_plugin/releases.py``):
-    python scripts/compat.py VERSION [VERSION ...]
-    python scripts/compat.py --rerun-failed VERSION [VERSION ...]
-
-For each release: swap vLLM with ``pip install --no-deps --force-reinstall`` (torch and the pinned
-dependencies stay), probe the stock split (does it crash on an EAGLE pure-decode batch, does it
-drop context in model-runner V2 order), run the CPU suite's release-dependent tests (the forward
-tier included; ``tests/project`` does not depend on the release) with a JUnit report, and
-record the counts, with the commit the suite ran at. Writes
-``compat/results.json`` (a partial rerun updates its rows and keeps the others) and its table in
-``docs/releases.md``, together, so that a later run's docs test sees them agree. Exits non-zero if
-any release failed.
-
-Run one compat at a time in a tree: each run's end rewrites those two files, which the suite's
-docs test reads, so a second run's suite would see them change under it. They are the run's
-output, so a row's commit is not marked modified for them.
-
-``--rerun-failed`` reruns only the tests that failed in a release's last report, after a fix that
-touches nothing else (a slow release need not run whole again); the row keeps the first run's
-counts for the other tests and records the rerun (``rerun``: tests, failed, seconds), which the
-generated table shows. When a fix could change other tests, rerun the release.
-"""
+"""Run the CPU suite against several vLLM releases in one environment; record the results."""
 
 from __future__ import annotations
 
@@ -60,7 +36,7 @@ def _install(version: str) -> str | None:
     """Swap in vLLM ``version``; the error, or None."""
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--no-deps", "--force-reinstall", f"vllm=={version}"],
+         "--no-compile", "--no-deps", "--force-reinstall", f"vllm=={version}"],
         capture_output=True, text=True,
     )  # fmt: skip
     return None if install.returncode == 0 else "install failed: " + install.stderr.strip()[-300:]

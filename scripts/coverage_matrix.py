@@ -1,16 +1,4 @@
-"""The configuration coverage matrix of ``docs/testing.md``, generated from the forward cases.
-
-  python scripts/coverage_matrix.py           rewrite the matrix in docs/testing.md
-  python scripts/coverage_matrix.py --check   exit 1 if it is out of date
-
-Rows are the configurations operators serve; columns are the CPU forward tier on each CI release
-and the MI300 tier. A cell says ``verified`` (with how many cases), ``n/a`` or ``not verified``,
-each with its reason. A configuration is verified on a CPU release where a forward case in it runs
-there (the cases, ``releases.NON_CAUSAL_V2_BATCHES`` and ``releases.SHUFFLE_LAYOUT_RUNS`` decide);
-the MI300 tier runs the same cases,
-but no run on an MI300 is on record, so its cells say so. Needs the installed plugin and torch
-(``tests/helpers/forward_cases.py``); the tests run it in the test environment.
-"""
+"""The configuration coverage matrix of ``docs/testing.md``, generated from the forward cases."""
 
 from __future__ import annotations
 

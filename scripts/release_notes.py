@@ -1,9 +1,6 @@
-"""A release's notes, and the check that its tag names what it ships: ``python scripts/release_notes.py TAG``.
+"""A release's notes, and the check that its tag names what it ships.
 
-The tag must be ``v`` + the version in ``src/vllm_rocm_aiter_plugin/_version.py`` (the one source of
-the version), and ``CHANGELOG.md`` must have a section ``## [VERSION] - YYYY-MM-DD`` for it. Prints that
-section's text (the GitHub release's notes); exits 1 with one line on stderr saying what is wrong otherwise.
-Run by ``.github/workflows/release.yml`` before anything is built (``docs/releases.md``).
+``python scripts/release_notes.py TAG``
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
-"""Make an sdist byte-for-byte reproducible: ``python scripts/reproducible_sdist.py SDIST...``.
-
-``python -m build`` stamps an sdist with the build's time (the gzip header, the folders) and the
-checkout's file times (the members), so two builds of one commit differ. This rewrites each
-``.tar.gz`` in place: every member's time set to ``SOURCE_DATE_EPOCH`` (the dist session sets it
-to the last commit's time), owners cleared, modes 644 or 755 (all that git keeps), members in
-name order, and a gzip header that carries that time and no file name. Contents are unchanged.
-The wheel needs none of this: setuptools stamps it with ``SOURCE_DATE_EPOCH`` itself.
-"""
+"""Make an sdist byte-for-byte reproducible: ``python scripts/reproducible_sdist.py SDIST...``."""
 
 from __future__ import annotations
 

@@ -3,11 +3,7 @@ README's and docs/testing.md's figures are generated (``scripts/docs_tables.py``
 
   python scripts/timed.py NAME -- COMMAND [ARG...]
 
-NAME is one of ``TIMINGS`` below (``TIMED_RECORD``: another record file). The record keeps the
-date, this machine (cores, memory, GPU), the commit of this checkout (``-modified`` with
-uncommitted changes besides the record), and the command (run it in a fresh clone of the same
-commit for a first run); a later run of the same NAME replaces it. Exits with the command's exit
-code; a failed command is not recorded.
+A later run of the same NAME replaces its record; a failed command is not recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -68,6 +65,18 @@ def commit(cwd: str) -> str:
     return head + ("-modified" if changed else "")
 
 
+def shown(command: list[str], cwd: str = ROOT) -> str:
+    """``command`` as a reader would type it: a path inside the checkout relative to it, any other
+    absolute path a ``<placeholder>`` (this machine's paths stay out of the record)."""
+
+    def path(match: re.Match[str]) -> str:
+        found = match.group(0)
+        inside = os.path.relpath(found, cwd)
+        return inside if not inside.startswith("..") else f"<{os.path.basename(found) or 'dir'}>"
+
+    return re.sub(r"(?<![\w.<])/[^\s'\"<>]+", path, " ".join(command))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] not in TIMINGS or argv[1] != "--":
         print(__doc__.strip() + "\nNAME: " + ", ".join(TIMINGS), file=sys.stderr)
@@ -85,7 +94,7 @@ def main(argv: list[str]) -> int:
             records = [r for r in json.load(f) if r["name"] != name]
     records.append({
         "name": name, "seconds": seconds, "date": datetime.date.today().isoformat(),
-        "machine": machine(), "commit": commit(ROOT), "command": " ".join(command),
+        "machine": machine(), "commit": commit(ROOT), "command": shown(command),
     })  # fmt: skip
     records.sort(key=lambda r: list(TIMINGS).index(r["name"]))
     os.makedirs(os.path.dirname(RECORD), exist_ok=True)

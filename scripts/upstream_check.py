@@ -1,19 +1,4 @@
-"""Check the upstream patch (``docs/upstream/*.patch``) against vLLM's own sources and tests.
-
-Run by ``bash scripts/nox -s upstream`` (an environment with the newest tested vLLM wheel):
-
-1. fetch vLLM's source distribution of that release from the package index pip is configured
-   with (checked against its sha256) and lay out a tree: the installed wheel's ``vllm/`` and the
-   sdist's ``tests/``;
-2. apply the patch there with ``git apply`` (it must apply cleanly) and run vLLM's attention tests
-   that run on CPU (``tests/v1/attention/``: every test that passes on the unpatched tree) on both
-   trees: the patched tree must pass them all, the new regression tests included;
-3. run the forward tier (``tests/helpers/forward_child.py``) against the patched vLLM with stock's backend and
-   the plugin switched off: stock must now be right on every request of every case;
-4. run the doctor's probes on the patched vLLM: stock must no longer drop context in model-runner
-   V2 order; and show the other caller of the three-way split (``cp_utils``) on a V2-ordered step.
-Prints one line per step and exits non-zero if any fails. Work files: ``build/upstream/``.
-"""
+"""Check the upstream patch (``docs/upstream/*.patch``) against vLLM's own sources and tests."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Verify the plugin's own build path on a vLLM release and print the fingerprint line to add.
 
-Usage (inside an environment with that vLLM installed; ``bash scripts/nox -s verify -- 0.34.0``
-builds one): ``python scripts/verify_release.py 0.34.0``
-
-Runs the differential tests (the own build path against the installed vLLM's ``build()``, in V1
-and model-runner V2 order, plus the split and its attention oracle) with the own path forced on
-(``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=force``). Only if they pass does it print the line for
-``VERIFIED_BUILD_FINGERPRINTS`` in ``src/vllm_rocm_aiter_plugin/builder.py``. Exit 0 = verified (or
-already known), 1 = a test failed (do not add the line), 2 = the wrong vLLM is installed.
+Usage, in an environment with that vLLM (``bash scripts/nox -s verify -- 0.34.0`` builds one):
+``python scripts/verify_release.py 0.34.0``. Exit 0: verified; 1: a test failed; 2: wrong vLLM.
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
 """Shared fixtures over the real vLLM wheel, the guard that refuses fake vLLM modules, and the
 markers each directory's tests carry (``pyproject.toml`` names them):
-
-- ``project``: the project's own files (docs, workflows, packaging, layout): once per run;
-- ``unit``: the plugin's code in this process, on the installed vLLM;
-- ``commands``: the doctor, the demo and vLLM's plugin loading, in fresh processes;
-- ``forward``: vLLM's real ROCM_AITER_FA forward, each request judged by its output;
-- ``engine``: vLLM's engine on CPU (its own session); ``hardware``: ``tests/gpu``, ``tests/rocm``.
-
-The hardware tiers gate themselves through ``helpers.hardware.gate``; with ``--require-hardware``
-(or ``VLLM_ROCM_AITER_PLUGIN_REQUIRE_HARDWARE=1``) every hardware skip becomes a failure, so a
-misconfigured GPU runner cannot pass by skipping.
 """
 
 from __future__ import annotations

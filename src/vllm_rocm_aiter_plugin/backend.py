@@ -10,10 +10,7 @@ from vllm_rocm_aiter_plugin.impl import PluginAiterFlashAttentionImpl
 
 
 class PluginAiterFlashAttentionBackend(AiterFlashAttentionBackend):
-    """vLLM's ``AiterFlashAttentionBackend`` with the plugin's metadata builder and impl.
-
-    Everything else (name, kernels, KV-cache layout, supported shapes) is vLLM's.
-    """
+    """vLLM's ``AiterFlashAttentionBackend`` with the plugin's metadata builder and impl."""
 
     @staticmethod
     def get_builder_cls() -> type[PluginAiterFlashAttentionMetadataBuilder]:

@@ -1,18 +1,6 @@
 """The ROCM_AITER_FA metadata builder the plugin registers: vLLM's builder with the plugin's split.
 
-``PluginAiterFlashAttentionMetadataBuilder.build`` runs one of two bodies:
-- the own build (``own_build``; the ``_own_*`` methods), on a vLLM whose ``build()`` source the
-  plugin verified (``VERIFIED_BUILD_FINGERPRINTS``): the metadata vLLM's ``build()`` gives with the
-  plugin's split, with context chunks sized by the rows that share the workspace, computed with
-  less host work;
-- everywhere else, and with ``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=0`` (or ``own_build=False``), the
-  installed vLLM's own ``build()`` code object, run with the global name
-  ``split_decodes_prefills_and_extends`` resolved to :mod:`vllm_rocm_aiter_plugin.split`
-  (:mod:`.rebind`; nothing in vLLM is modified).
-
-Which vLLM features a release has (metadata fields, builder hooks) is detected once, when the
-builder is created. Why each part exists, the upstream PRs, and when it can go:
-``docs/deviations.md`` ("builder: ..." entries), which also lists the vLLM internals read here.
+Why each part exists and when it can go: ``docs/deviations.md``, "builder: ..." entries.
 """
 
 from __future__ import annotations
@@ -158,13 +146,7 @@ def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
-    """vLLM's ROCM_AITER_FA metadata builder, splitting batches with the plugin's split.
-
-    Returns vLLM's own ``AiterFlashAttentionMetadata`` (EAGLE checks it with ``isinstance``).
-    Pure-decode batches, EAGLE's included, build without reading ``seq_lens_cpu_upper_bound`` and
-    (from vLLM 0.22) without a device-to-host copy. ``own_build`` chooses the body (None:
-    :func:`own_build_default`).
-    """
+    """vLLM's ROCM_AITER_FA metadata builder, splitting batches with the plugin's split."""
 
     vllm_build = staticmethod(_vllm_build_with_plugin_split())
     """The installed vLLM's ``build()`` code with the plugin's split (off the own build)."""
@@ -360,12 +342,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         )
 
     def chunk_capacity(self, query_lens: torch.Tensor, context_lens: torch.Tensor) -> int:
-        """Workspace tokens per extend row and context chunk.
-
-        Stock divides the workspace by the number of extend rows. The rows the plugin's split
-        moves out of the prefill region (longer than the threshold, no context) gather nothing,
-        so they do not count: every other row counts as in stock, whose metadata this equals on
-        every batch in V1 order (``docs/deviations.md``, "builder: context chunks")."""
+        """Workspace tokens per extend row and context chunk."""
         moved = (context_lens == 0) & (query_lens > self.threshold)
         sharing = query_lens.shape[0] - int(moved.sum())
         return aiter_fa._CP_TOKENS_PER_ITER_ROCM // sharing

@@ -1,17 +1,7 @@
 """``VLLM_ATTENTION_BACKEND`` for vLLM releases that no longer read it (0.18 onwards).
 
-ROCm launch scripts and CI configs still set ``VLLM_ATTENTION_BACKEND``; vLLM 0.18-0.33 silently
-ignore it. When the plugin's platform is active, the rule is: **the variable picks among the
-backends stock's own automatic selection accepts for this layer, in this configuration, on this
-release** (vLLM's ``get_valid_backends``, asked for the layer at hand), plus ``ROCM_AITER_FA``
-where AITER is found and supported (``is_aiter_found_and_supported``), which stock's automatic
-selection offers only under ``VLLM_ROCM_USE_AITER``. Anything else gives one WARNING naming the
-reason and stock's automatic choice. It applies wherever vLLM's selection passes no backend:
-every layer of the model, and a speculative draft's layers unless the speculative config names
-a backend. No ``VllmConfig`` field is written, so model code, config hooks and usage stats that
-read ``attention_config.backend`` see what they see without the plugin. Plain functions, tested
-on CPU; the platform class only calls them. Why: ``docs/deviations.md``, "platform:
-VLLM_ATTENTION_BACKEND".
+The variable picks among the backends stock's own selection accepts for the layer at hand, plus
+``ROCM_AITER_FA`` where AITER is supported; why: ``docs/deviations.md``, "platform: ...".
 """
 
 from __future__ import annotations
@@ -253,12 +243,6 @@ def select_attention_backend(
     ``VLLM_ATTENTION_BACKEND``'s backend where vLLM passes none and stock's automatic selection
     accepts it for this layer (``offer``: :func:`stock_offer` for these arguments; None offers
     nothing).
-
-    Where vLLM passes a backend (``--attention-backend``, a speculative config's, or one vLLM chose
-    for the model) that backend is selected exactly as stock selects it, vLLM's errors included,
-    and a variable that names another gives one WARNING. A backend the variable may not pick
-    gives one WARNING naming the reason and stock's automatic choice; what the layer got is
-    always logged, once.
     """
     environ = os.environ if environ is None else environ
     raw = environ.get(ENV_VAR)

@@ -1,11 +1,4 @@
-"""Every environment variable the plugin reads: its name, its parser and what it does.
-
-Cheap to import, and the floor of the package: it imports no torch, no vLLM and nothing of the
-plugin (``tests/project/test_layout.py``). A parser turns the raw value (None when unset) into a
-``Reading``: the value the plugin acts on, what that means in one line, and a problem line when
-the raw value is not understood (the plugin then acts on the default). The doctor reports every
-variable of ``VARIABLES``; the README's table is generated from it.
-"""
+"""Every environment variable the plugin reads: its name, its parser and what it does."""
 
 from __future__ import annotations
 

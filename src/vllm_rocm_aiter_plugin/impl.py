@@ -1,29 +1,6 @@
 """The ROCM_AITER_FA attention impl the plugin registers: vLLM's impl, with empty context chunks
 kept empty on releases whose merge turns them into NaN, and a layer's attention sink counted once
-in the extend path.
-
-The plugin's split puts new prompts (no context) in the extend region when model-runner V2 sorts
-them before a row with context. ``AiterFlashAttentionImpl.extend_forward`` merges the context
-chunks one after the other with ``merge_attn_states``; for a row without context both sides of
-each chunk-to-chunk merge are empty (lse = -inf). vLLM's Triton merge up to 0.25.1 computes
-``exp(-inf - -inf)`` there: NaN. Where the installed release's merge does that (probed once per
-device, dtype and head size, by running it on two empty states), the extend path runs vLLM's own
-``extend_forward`` code with a merge that keeps both-empty rows empty (output 0, lse -inf);
-everywhere else the merge is vLLM's own. Why, and when it can go:
-``docs/deviations.md``, "impl: empty context chunks stay empty".
-
-With attention sinks (gpt-oss), ``extend_forward`` passes ``sink_ptr`` to the new-token call and
-to every context-chunk call of AITER's ``flash_attn_varlen_func``. On AITER's CK route
-(``mha_varlen_fwd``: fp16, or head sizes other than 128 and 192, or a sliding window) the kernel
-counts the sink in each call's softmax and lse, and the merges then count it once per call. The
-plugin runs vLLM's code with the sink passed to the new-token call only (the call every row has
-keys in), so the merged softmax counts it once. On AITER's v3 assembly route (bf16, head size 128
-or 192, no sliding window) no call gets the sink, in stock and here alike: the change is harmless
-there and fixes nothing. ``docs/deviations.md``, "impl: the attention sink counted once";
-``docs/upstream/aiter.md``, findings 5 and 6.
-
-The extend path never runs under CUDA-graph capture (ROCM_AITER_FA captures uniform decode batches
-only), so the one probe, a tiny merge and a host read, happens in eager mode.
+in the extend path. Why, and when each can go: ``docs/deviations.md``, "impl: ..." entries.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The plugin's ROCm platform: vLLM's ``RocmPlatform`` plus ``VLLM_ATTENTION_BACKEND`` selection.
-
-Imported only when ``platform_plugin`` found a ROCm GPU: ``vllm.platforms.rocm`` queries the GPU
-at import time and cannot be imported elsewhere. It differs from vLLM's platform in backend
-selection only, and writes no config field; what it does is in :mod:`.env_backend`; why:
-``docs/deviations.md``, "platform: VLLM_ATTENTION_BACKEND".
+"""The plugin's ROCm platform: vLLM's ``RocmPlatform`` plus ``VLLM_ATTENTION_BACKEND`` selection
+(:mod:`.env_backend`; why: ``docs/deviations.md``, "platform: VLLM_ATTENTION_BACKEND").
 """
 
 from __future__ import annotations

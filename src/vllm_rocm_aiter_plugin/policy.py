@@ -1,8 +1,4 @@
-"""When the plugin activates: pure decisions over plain inputs (no vLLM, no torch imports).
-
-Every branch here is decided from strings and booleans so that each one is tested on CPU. The
-callers (:mod:`.registration`, the doctor) gather the inputs and log the decision.
-"""
+"""When the plugin activates: pure decisions over plain inputs (no vLLM, no torch imports)."""
 
 from __future__ import annotations
 
@@ -56,14 +52,7 @@ def decide_registration(
     stock_backend_path: str,
     build_verified: bool = False,
 ) -> Decision:
-    """Whether the general plugin overrides ``ROCM_AITER_FA``.
-
-    ``current_backend_path`` is what the registry resolves ROCM_AITER_FA to now;
-    ``stock_backend_path`` is vLLM's own class path for it; ``build_verified`` whether the
-    installed ``build()`` source is one the plugin verified (it decides only for a pre-release
-    or dev build, which counts as its release only then, and else as untested: PEP 440 orders it
-    before its release).
-    """
+    """Whether the general plugin overrides ``ROCM_AITER_FA``."""
     if switch is Switch.OFF:
         return Decision(
             False, "INFO", f"{SWITCH_ENV} disables the plugin; ROCM_AITER_FA stays stock."

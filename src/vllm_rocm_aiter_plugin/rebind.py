@@ -1,11 +1,4 @@
-"""Run a vLLM function with some of its global names resolved differently, without touching vLLM.
-
-``with_globals`` returns a copy of a function that shares its code object, defaults and closure;
-only its globals differ: a snapshot of the defining module's namespace with the given names
-replaced. vLLM's module and the original function are left exactly as they are. The builder uses
-it for the split (``docs/deviations.md``, "builder: vLLM's build() code"), the impl for the merge
-(``impl: ...``).
-"""
+"""Run a vLLM function with some of its global names resolved differently, without touching vLLM."""
 
 from __future__ import annotations
 
@@ -31,10 +24,7 @@ def loads_global(code: types.CodeType, name: str) -> bool:
 
 
 def with_globals(function: F, replacements: Mapping[str, Any]) -> F:
-    """A copy of ``function`` whose globals named in ``replacements`` resolve to the given objects.
-
-    Raises ``NotRebindable`` if the code does not read one of the names as a global.
-    """
+    """A copy of ``function`` whose globals named in ``replacements`` resolve to the given objects."""
     code = function.__code__
     missing = [name for name in replacements if not loads_global(code, name)]
     if missing:

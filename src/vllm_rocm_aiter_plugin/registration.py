@@ -1,12 +1,4 @@
-"""What vLLM's entry points do. Cheap to import: no torch, no vLLM at import time.
-
-- :func:`register` (``vllm.general_plugins``): overrides ``ROCM_AITER_FA`` through vLLM's backend
-  registry with the plugin backend, once per process, as the activation policy decides.
-- :func:`platform_plugin` (``vllm.platform_plugins``): the plugin's ``RocmPlatform`` subclass
-  only when a ROCm GPU is present; off ROCm it costs one ``stat`` of ``/dev/kfd``.
-
-Neither raises: a failure is logged as a WARNING that says what is not active and why.
-"""
+"""What vLLM's entry points do. Cheap to import: no torch, no vLLM at import time."""
 
 from __future__ import annotations
 

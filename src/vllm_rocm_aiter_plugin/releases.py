@@ -1,10 +1,5 @@
 """The vLLM releases the plugin is tested on, the facts known of each, and how a vLLM version
 string is read: the one source.
-
-Read by the activation policy, the noxfile (loaded by path: this module imports nothing of the
-plugin), the tests and the generated docs tables. Adding a release: append it to ``TESTED`` (and to the fact
-sets it belongs to, read off its wheel), then run ``bash scripts/nox -s verify -- VERSION`` and
-``bash scripts/nox -s compat`` (``docs/releases.md``).
 """
 
 from __future__ import annotations

@@ -1,25 +1,4 @@
-"""Decode / extend / prefill split for ROCM_AITER_FA, right for V1 and model-runner V2 batch order.
-
-Replaces ``vllm.v1.attention.backends.utils.split_decodes_prefills_and_extends`` for the plugin's
-builder. How it differs from stock, why, and when each difference can go: ``docs/deviations.md``
-("split: ..." entries); this docstring only states the rule.
-
-Regions, for a batch in any order vLLM's model runners produce:
-- decodes: the rows before the first row whose query is longer than the threshold;
-- prefills: from the first long row without context that comes after every row with context;
-- extends: the rows in between.
-On a batch in V1 order (``reorder_batch_to_split_decodes_and_prefills``) these are stock's regions.
-On a non-causal batch (``CommonAttentionMetadata.causal`` False) the regions are stock's in any
-order: prefills from the first long row without context.
-In model-runner V2 order (sorted by query length) a short new prompt can come before a long row
-with context; stock then puts that row in the prefill region, whose kernel attends only to the new
-tokens. Here no row with context is ever in the prefill region, and a non-empty extend region
-always holds a row with context.
-
-Pure-decode batches return before any tensor is read (no tensor op, no device-to-host copy).
-A batch with a row longer than the threshold reads the exact sequence lengths on the host (the
-build copies them anyway), so an overstated ``seq_lens_cpu_upper_bound`` cannot move a row.
-"""
+"""Decode / extend / prefill split for ROCM_AITER_FA, right for V1 and model-runner V2 batch order."""
 
 from __future__ import annotations
 
@@ -39,11 +18,7 @@ SplitCounts = tuple[int, int, int, int, int, int]
 
 @dataclass(slots=True)  # not frozen: creating a frozen one is a measurable share of a build
 class BatchSplit:
-    """The regions of one batch, and the host arrays they were decided from.
-
-    ``query_lens`` and ``seq_lens`` are None on the pure-decode path (nothing was read);
-    ``seq_lens`` is also None when no row is longer than the threshold.
-    """
+    """The regions of one batch, and the host arrays they were decided from."""
 
     num_decodes: int
     num_extends: int
@@ -83,14 +58,7 @@ def split_decodes_prefills_and_extends(
 
 
 def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
-    """Split ``cam`` into decodes, extends and prefills at ``threshold``.
-
-    Padding tokens (``num_actual_tokens`` beyond the last query offset) are counted in the last
-    non-empty group, as stock does. Malformed input raises ``ValueError`` naming the field and the
-    row, checked in this order: the offsets' shape and first value, a decreasing offset,
-    ``num_actual_tokens`` below the last offset, the sequence lengths' shape, a sequence shorter
-    than its query.
-    """
+    """Split ``cam`` into decodes, extends and prefills at ``threshold``."""
     if threshold < 1:
         raise ValueError(f"decode_threshold must be >= 1, got {threshold}")
     num_reqs, num_tokens = cam.num_reqs, cam.num_actual_tokens

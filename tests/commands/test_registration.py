@@ -103,9 +103,11 @@ def test_default_resolution_with_one_log_line(default_process):
     assert len(lines) == 1 and level in lines[0], output[-3000:]
 
 
-def test_a_spawned_child_process_sees_the_override(default_process):
+def test_a_spawned_child_process_sees_the_override_with_its_own_line(default_process):
     result = default_process.result
-    assert (result["spawned"], result["spawn_exit"]) == (DEFAULT_BACKEND, 0)
+    assert (result["spawned"]["path"], result["spawn_exit"]) == (DEFAULT_BACKEND, 0)
+    # At most one line of its own (observed: one on vLLM 0.23.0, none on 0.34.0)
+    assert len(_activation_lines(result["spawned"]["log"])) <= 1
 
 
 def test_registering_many_times_leaves_one_override_and_one_line(default_process):

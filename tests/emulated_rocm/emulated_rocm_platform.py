@@ -1,14 +1,5 @@
 """A test-only vLLM platform plugin: a ROCm machine emulated in a child process, so that the
 backend-selection tests run vLLM's real ``RocmPlatform`` on any host.
-
-It is found only by processes whose ``PYTHONPATH`` holds this folder (its ``*.dist-info`` declares
-the ``vllm.platform_plugins`` entry point), and it answers only where ``EMULATED_ROCM_ARCH`` names
-a GPU: it then gives vLLM ``amdsmi`` answering that GPU (a stand-in for AMD's library, never for
-vLLM), hides the installed ``amd-aiter`` wheel unless ``EMULATED_ROCM_AITER=1`` (an image built
-without it), and returns the plugin's ``RocmPlatform`` subclass, which vLLM makes its current
-platform as on a ROCm machine where the plugin's own platform plugin activates (that one asks
-for ``/dev/kfd``, which no emulation makes). vLLM takes one out-of-tree platform over its own
-probes, so a host's own GPU is not chosen beside the emulated one.
 """
 
 from __future__ import annotations

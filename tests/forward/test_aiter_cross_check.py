@@ -1,11 +1,5 @@
 """The forward tier's torch reference for AITER's ``unified_attention`` against AITER's own Triton
 kernel, run under Triton's interpreter in a child process, on random paged batches.
-
-The tier's own calls are cross-checked inside the tier (``test_forward.py``); here hypothesis
-draws shapes the cases do not have: GQA ratios, head sizes, block sizes, windows, sequences with
-no queries and no keys (model-runner V2's padded requests), and key lengths that take the
-kernel's 3D (segmented) path. Both dtypes: bf16 runs through the widening of
-``tests/helpers/aiter_triton.py``.
 """
 
 from __future__ import annotations

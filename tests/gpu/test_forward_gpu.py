@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.forward]
 
 @pytest.fixture(scope="module")
 def report(device) -> ForwardReport:
-    request = ForwardRequest(list(CASES), device=str(device), gather_budget=None)
+    request = ForwardRequest(list(CASES), device=str(device), kernel_budget=None)
     result = forward_child.run(forward_child.TierRequest(request, graph_replays=True))
     assert result.unavailable is None, result.unavailable
     return result

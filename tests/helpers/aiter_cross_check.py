@@ -1,10 +1,6 @@
 """Child process of ``tests/forward/test_aiter_cross_check.py``: AITER's Triton
 ``unified_attention`` (loaded by ``tests/helpers/aiter_triton.py``) and the forward tier's torch
 reference on the same random paged batches.
-
-``python -m tests.helpers.aiter_cross_check`` reads a JSON list of shapes on stdin and reports
-(``diagnostics.child``), per shape, the largest difference and whether it is within two units in
-the last place. Run it under Triton's interpreter (``harness.INTERPRETER_ENV``).
 """
 
 from __future__ import annotations

@@ -1,33 +1,6 @@
 """AITER's own Triton ``unified_attention``, loaded from an installed ``amd-aiter`` wheel into a
 CPU process, for the forward tier to run under Triton's interpreter instead of the torch reference
 the commands run.
-
-ROCM_AITER_FA's decode path imports ``aiter.ops.triton.unified_attention.unified_attention``
-(EAGLE verification, query length > 1; sliding-window decodes on 0.23.0; head sizes below 64).
-The module is Triton source, so it runs on CPU under ``TRITON_INTERPRET=1``, once three
-questions it asks of a ROCm machine are answered. Each answer holds in this process only; the
-installed wheel is never modified:
-
-- ``import aiter`` builds AITER's JIT and raises without ROCm. The modules are loaded with
-  ``aiter``, ``aiter.ops`` and ``aiter.ops.triton`` registered as bare packages whose
-  ``__path__`` is the wheel's folder, so that no package ``__init__`` runs; once the load is
-  done, ``sys.modules`` holds the ``aiter`` modules it held before, and no others.
-- At import, ``aiter/ops/triton/utils/_triton/arch_info.get_arch`` asks Triton's active driver
-  for the GPU target, and the interpreter has no driver. During the import only, the active
-  driver is one that answers ``GPUTarget("hip", "gfx942", 64)`` (MI300X); then the previous one
-  is put back.
-- At each call, ``utils/device_info.get_num_sms`` asks ``torch.cuda`` for the CU count. The
-  function that runs is a copy of AITER's (the plugin's ``rebind.with_globals``)
-  whose ``get_num_sms`` returns MI300X's 304; the count only shapes the launch grid and the
-  2D/3D kernel choice.
-
-Triton 3.9's interpreter multiplies bf16 ``tl.dot`` operands as raw bit patterns. A bf16 call
-therefore runs AITER's kernel on a float32 copy of q (exact) into a float32 output that is then
-rounded to bf16: the kernel's code is the same, its dtype is not. 16-bit caches are widened with
-q; fp8 caches never are: the kernel dequantises only ``if K_load.dtype.is_fp8()``, so a widened
-fp8 cache would silently drop the scale (the ``widened-fp8-caches`` mutation shows the tier
-fails then). The report counts such calls. Every call is also run through the torch reference
-on the same inputs, so that the report says how far the reference is from AITER's kernel.
 """
 
 from __future__ import annotations

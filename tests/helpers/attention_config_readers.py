@@ -1,9 +1,5 @@
 """Where the installed vLLM's source touches ``attention_config.backend``: read off its syntax
 trees, so a new reader in a new release is found without anyone listing it.
-
-An access counts when its object is ``<expr>.attention_config``, or a name the same function
-bound to such an expression (``attention_config = vllm_config.attention_config``), and its
-attribute is ``backend`` or ``backend_per_kind``; ``getattr(<that>, "backend")`` counts too.
 """
 
 from __future__ import annotations

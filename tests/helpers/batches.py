@@ -1,12 +1,4 @@
-"""Hypothesis strategies for batches as vLLM's reordering and model runners produce them.
-
-Regions in order (``reorder_batch_to_split_decodes_and_prefills``): decode (query <= threshold,
-context, done prefilling), short extend (query <= threshold, context, still prefilling), long
-extend (query > threshold, context), prefill (no context; short and long prompts in any order),
-then zero-length padded requests. ``num_actual_tokens`` may exceed the last offset (CUDA-graph
-padding). The upper bound may overestimate rows with context (model-runner V2's optimistic bound)
-and is exact for rows without.
-"""
+"""Hypothesis strategies for batches as vLLM's reordering and model runners produce them."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""The engine tier's models and workloads, and the child that serves them through vLLM's ``LLM``.
-
-A workload is a model, the engine's options and batches of token-id prompts, each batch one
-``LLM.generate`` call (a later batch can hit the prefix cache an earlier one filled). The child
-(``python -m tests.helpers.engine_workloads``) serves every workload with one attention backend
-(``CPU_ATTN``, or ``ROCM_AITER_FA`` through the ``aiter_fa_on_cpu`` test platform, the plugin's or
-stock's per ``VLLM_ROCM_AITER_PLUGIN``) and prints one JSON line per workload: each request's
-greedy tokens and their logprobs, or the error that stopped the engine.
-"""
+"""The engine tier's models and workloads, and the child that serves them through vLLM's ``LLM``."""
 
 from __future__ import annotations
 

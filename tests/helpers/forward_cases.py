@@ -1,8 +1,5 @@
 """The forward tiers' cases: one list for the CPU, GPU and MI300 tiers, the commands' own steps
 among them (``diagnostics/forward/cases.py``, which defines what a case is).
-
-Threshold 1 unless spec_tokens says otherwise; heads 2, kv heads 1, head 64, fp16 unless a case
-says otherwise (small, so that vLLM's Triton kernels stay quick in the interpreter).
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ FP8_FORMATS = {"float8_e4m3fnuz": "MI300 (gfx942)", "float8_e4m3fn": "gfx950"}
 
 SIXTY_FOUR_PROMPTS = (
     *(prompt(f"prompt-{i:02d}", 2 + i % 5) for i in range(64)),
-    chunk("continuation", 8192, 40),
+    chunk("continuation", 2048, 40),
 )
 EAGLE_MIXED = (
     decode("decode-a", 300, 4, 3),
@@ -72,7 +69,7 @@ CASES: tuple[ForwardCase, ...] = (
     ),
     ForwardCase("multi-chunk-v1", MULTI_CHUNK, "v1"),
     DEMO_BUG_3_V2_CASE,
-    ForwardCase("64-prompts-v2", SIXTY_FOUR_PROMPTS, "v2", note="chunks: 1, stock's formula 17"),
+    ForwardCase("64-prompts-v2", SIXTY_FOUR_PROMPTS, "v2", note="chunks: 1, stock's formula 5"),
     ForwardCase("64-prompts-v1", SIXTY_FOUR_PROMPTS, "v1"),
     DOCTOR_EAGLE_CASE,
     ForwardCase(

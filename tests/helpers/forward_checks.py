@@ -1,9 +1,4 @@
-"""What every forward tier asserts about a case's result (CPU tier, GPU tier, MI300 tier).
-
-Expectations come from the installed release: stock's own regions and context chunks in the
-report, what this release's merge does with two empty states (run, not looked up), and whether
-stock's split crashes on EAGLE's pure-decode batch (``tests/helpers/vllm_releases.py``).
-"""
+"""What every forward tier asserts about a case's result (CPU tier, GPU tier, MI300 tier)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """The forward tier's child: the shipped runner's library with what only the tests add, run in a
 fresh interpreter through the commands' own child protocol (``diagnostics.child``).
-
-The tests add AITER's own Triton ``unified_attention`` on CPU (``aiter_triton``), controls
-(the plugin's builder with vLLM's impl, and with vLLM's build() code), vLLM's Scheduler steps as
-cases, the CUDA-graph replay cases, and planted defects (``forward_mutations``), each run in a
-forward environment of its own after the unmutated run. ``python -m tests.helpers.forward_child``
-(the repository's root on ``PYTHONPATH``) reads a :class:`TierRequest` on stdin.
 """
 
 from __future__ import annotations
@@ -109,7 +103,7 @@ def run(tier: TierRequest) -> ForwardReport:
     backends = {kind: runner.backend_for(kind) for kind in request.kinds}
     cases = [*request.cases, *(scheduler_trace.scheduler_cases() if tier.scheduler_steps else [])]
     kernel = unified_attention(device, tier.aiter_kernel)
-    with runner.forward_environment(device, request.gather_budget, kernel) as forward:
+    with runner.forward_environment(device, request.kernel_budget, kernel) as forward:
         report = forward.report()
         report.cases = [
             forward.run_case(
@@ -127,7 +121,7 @@ def run(tier: TierRequest) -> ForwardReport:
         kernel = unified_attention(device, on_aiter)
         with (
             forward_mutations.planted(name, kernel),
-            runner.forward_environment(device, request.gather_budget, kernel) as forward,
+            runner.forward_environment(device, request.kernel_budget, kernel) as forward,
         ):
             ran = [forward.run_case(CASES_BY_NAME[n], backends) for n in names]
         report.extras.setdefault("mutations", {})[name] = {

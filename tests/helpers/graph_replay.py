@@ -1,20 +1,6 @@
 """Uniform-decode steps (EAGLE verification, plain decodes) replayed on the metadata of a
 CUDA-graph capture, as a captured graph runs them, each request's output judged against its
 dense reference.
-
-Model-runner V2 captures a uniform-decode batch once, with its metadata built for capture over
-the runner's persistent input buffers (query offsets, sequence lengths, block tables, slot
-mapping) and ``max_seq_len`` at the model's limit. For each later step it writes the step into
-those buffers, builds the step's metadata (the builder writes its own buffers, such as 0.33's
-sliding-window decode tables) and replays the graph: the kernels read what the capture's metadata
-points to. So a builder that hands the kernels a copy instead of the persistent tensors replays
-the captured batch's lengths and tables.
-
-Where AITER's real kernels run (ROCm) the capture is a real ``torch.cuda.CUDAGraph``. Elsewhere the
-forward runs again on the capture's metadata object (the references and the interpreter cannot be
-captured): that stand-in sees the tensors the kernels would read, not launch parameters frozen on
-the host, and the ``frozen`` control (the capture's metadata deep-copied, as a copying builder
-would leave it) shows it can fail.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""Hardware gates for tests/gpu and tests/rocm: each returns why a tier cannot run, or None.
-
-The reasons are decided from plain inputs (so every branch is tested on CPU, see
-tests/project/test_hardware_gating.py); ``gate`` turns a reason into a skip, or into a failure under
-``--require-hardware``. Detection uses torch only, never ``vllm.platforms.rocm``.
-"""
+"""Hardware gates for tests/gpu and tests/rocm: each returns why a tier cannot run, or None."""
 
 from __future__ import annotations
 

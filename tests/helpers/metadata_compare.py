@@ -9,11 +9,7 @@ import torch
 
 
 def assert_same_metadata(actual: Any, expected: Any, path: str = "metadata") -> None:
-    """Assert ``actual`` equals ``expected`` recursively.
-
-    The one tolerated difference: a count that stock returns as a 0-dim integer tensor may be a
-    Python int of the same value (the plugin's split returns ints).
-    """
+    """Assert ``actual`` equals ``expected`` recursively."""
     if isinstance(expected, torch.Tensor) and expected.dim() == 0 and isinstance(actual, int):
         assert actual == int(expected), f"{path}: {actual} != {int(expected)}"
         return

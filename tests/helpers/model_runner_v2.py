@@ -1,9 +1,4 @@
-"""Steps as vLLM's scheduler hands them over, laid out by vLLM's own code: a hypothesis strategy.
-
-Ordering and metadata building are vLLM's (``diagnostics/model_runner.py``): model-runner V2's
-``sort_batch_req_ids`` (or its query-length sort), the V1 runner's reorder, and
-``build_attn_metadata``. This module only draws the requests.
-"""
+"""Steps as vLLM's scheduler hands them over, laid out by vLLM's own code: a hypothesis strategy."""
 
 from __future__ import annotations
 

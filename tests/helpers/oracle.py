@@ -1,11 +1,4 @@
-"""Independent oracles, written from the documented rules in plain Python (no plugin code).
-
-- ``oracle_split``: the region counts the plugin's split must return, walking the batch row by row.
-- ``attention_from_metadata`` / ``true_attention``: what each request attends to, read off an
-  ``AiterFlashAttentionMetadata`` the way ``AiterFlashAttentionImpl.forward`` uses it, and what it
-  should attend to (its whole context, then its new tokens causally). Equality of the two is the
-  meaning of "correct metadata", independent of what stock vLLM returns.
-"""
+"""Independent oracles, written from the documented rules in plain Python (no plugin code)."""
 
 from __future__ import annotations
 
@@ -55,12 +48,7 @@ def oracle_split(
 
 @dataclass(frozen=True)
 class RowAttention:
-    """What one request's query tokens attend to.
-
-    ``tokens``: the request's query tokens in the batch, ``[start, end)``. ``context``: the cached
-    positions every query token attends to, as sorted disjoint ``[start, end)`` ranges.
-    ``causal_new``: whether each query token also attends to the request's new tokens up to itself.
-    """
+    """What one request's query tokens attend to."""
 
     tokens: tuple[int, int]
     context: tuple[tuple[int, int], ...]
@@ -79,15 +67,7 @@ def true_attention(query_lens: Sequence[int], seq_lens: Sequence[int]) -> list[R
 
 
 def attention_from_metadata(meta: Any) -> list[RowAttention]:
-    """Per request, what ``AiterFlashAttentionImpl.forward`` attends to with this metadata.
-
-    - decode rows (the first ``num_decodes``): paged attention over ``seq_lens[row]`` keys, causal
-      and aligned at the end, i.e. the first ``seq_len - query_len`` positions plus the new tokens;
-    - extend rows: causal attention over the new tokens, plus, per context chunk, the positions
-      ``chunk_starts[c][j] + [0, cu_seq_lens_chunk[c][j + 1] - cu_seq_lens_chunk[c][j])``;
-    - prefill rows: ``flash_attn_varlen_func`` with ``cu_seqlens_k = cu_seqlens_q``, i.e. the new
-      tokens only, causally.
-    """
+    """Per request, what ``AiterFlashAttentionImpl.forward`` attends to with this metadata."""
     rows: list[RowAttention] = []
     qsl = meta.query_start_loc.cpu().tolist()
     seq_lens = meta.seq_lens.cpu().tolist()

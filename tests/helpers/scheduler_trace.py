@@ -1,10 +1,6 @@
 """vLLM's own Scheduler driving synthetic serving workloads, for the forward tier and the serving
 trace (``benchmarks/serving_trace.py``): each scheduled step's requests (cached tokens, tokens
 scheduled now, draft tokens, prompt length), with no model run.
-
-For each workload, vLLM's ``Scheduler`` (chunked prefill, prefix caching where the workload says
-so) schedules steps over a tiny Llama config; every scheduled request then "samples" one token
-once its prompt is done, so requests decode until their ``max_tokens`` and finish as in serving.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
 """The selection property, run in an emulated ROCm child process by
 ``tests/commands/test_backend_selection.py`` (:func:`machine`).
-
-For every draw (a name for ``VLLM_ATTENTION_BACKEND`` x a kind of attention layer x head size x
-dtype x KV-cache dtype x block size), on this process's GPU and AITER: the plugin's pick is
-stock's automatic pick, one of stock's valid candidates for that layer, or ``ROCM_AITER_FA``
-where AITER is found and supported; it never raises where stock does not; its impl constructs
-for the layer wherever stock's own pick does; the plugin's log line names what the layer got.
-Then, for every name, the doctor's verdict agrees with the selection on the doctor's kinds.
-Returns counts, and the first failure with its falsifying example.
 """
 
 from __future__ import annotations

@@ -41,3 +41,25 @@ def test_every_time_in_the_readme_comes_from_a_record():
     )
     assert durations == [], durations
     assert "<!-- generated: timings -->" in readme
+
+
+@pytest.mark.novllm
+def test_the_timing_records_hold_no_path_of_the_machine_they_ran_on():
+    """A record's command names what a reader runs: paths in the checkout relative, others as
+    ``<placeholders>`` (``scripts/timed.py``)."""
+    import json
+    import re
+    import sys
+    from pathlib import Path
+
+    records = json.loads((Path(REPO_ROOT) / "benchmarks/results/timings.json").read_text())
+    assert records and not [r for r in records if re.search(r"(^|\s)/", r["command"])]
+    sys.path.insert(0, str(Path(REPO_ROOT) / "scripts"))
+    try:
+        from timed import shown
+    finally:
+        sys.path.pop(0)
+    assert shown(["bash", "-c", "cd /tmp/x/clone && bash scripts/nox"], "/repo") == (
+        "bash -c cd <clone> && bash scripts/nox"
+    )
+    assert shown(["/repo/.nox/demo/bin/python", "-m", "m"], "/repo") == ".nox/demo/bin/python -m m"

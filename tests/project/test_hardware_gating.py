@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -97,6 +98,7 @@ def _run_hardware_tiers(tmp_path, *args: str) -> list[dict]:
     return cases
 
 
+@functools.cache
 def _collected_hardware_tests() -> int:
     """How many tests pytest collects in the hardware tiers (every one must report)."""
     proc = subprocess.run(

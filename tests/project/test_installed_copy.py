@@ -1,9 +1,5 @@
 """The tests run what ships: the plugin is imported from this environment's site-packages, where
 ``pip install`` put its wheel, never from the checkout, and that copy is the tree under test.
-
-The package lives under ``src/`` (``docs/testing.md``, "What the tests import"): pytest puts the
-repository root on ``sys.path`` for ``tests``, and child processes start in it, but neither makes
-the checkout's package importable.
 """
 
 from __future__ import annotations

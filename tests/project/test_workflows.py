@@ -1,20 +1,4 @@
-"""The workflows' own commands, run in their order on this machine as far as it allows.
-
-Each ``run`` step is executed with bash (``-eo pipefail``, as GitHub runs it) in a copy of the
-repository, with this environment's Python first on PATH as ``python3``; actions (``uses:``) are
-not run, and what one job uploads the next finds in the same copy.
-
-- ``rocm.yml``: the last step (all tiers under ``--require-hardware``) is the suite this test
-  belongs to; here it runs with ``--collect-only``, which proves its arguments and the test tree
-  load. The image is a venv that sees this environment's packages (a ``.pth`` file), so that its
-  install step leaves this environment as it is. The main job and the doctor are the very commands
-  ``tests/commands`` runs (``tests/helpers/commands.py``): here their commands are checked, not
-  run again.
-- ``release.yml``: every step but the uploads, on the release commit that ``docs/releases.md``
-  describes. The step that runs the suite on the release's wheel runs with nox's ``--list`` (the
-  session exists and the noxfile loads with the wheel named): ``.ci/run`` runs that very session
-  on every submission, this test among them.
-"""
+"""The workflows' own commands, run in their order on this machine as far as it allows."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
 """MI300 tier, first-run check: what the CPU tier's torch references assume of AITER's
 ``flash_attn_varlen_func``, asked of the real kernel, called as vLLM's extend path calls it.
-
-vLLM's ``extend_forward`` attends each context chunk non-causally with ``return_lse=True``; a row
-with no keys in a chunk (``seqlen_k = 0``) must give output 0 and lse -inf, or the chunk merges
-are wrong. The references assume that (CK's fmha pipelines, ``num_total_loop <= 0``), plus lse
-``[heads, tokens]`` float32 and a causal mask aligned to the bottom right. On MI300 AITER may
-dispatch to ASM kernels whose empty-row behaviour no source shows: this check settles it, for
-each dtype, head size and head ratio the forward cases use, and fails naming the assumption the
-real kernel breaks. With a sink (``sink_ptr``), each call must count it once, in the output and
-the lse, and give a key-less row lse = the sink: what the plugin's impl relies on to count it once.
 """
 
 from __future__ import annotations

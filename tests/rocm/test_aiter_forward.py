@@ -1,11 +1,5 @@
 """MI300 tier: the forward cases of the CPU tier, on real AITER kernels and vLLM's own ROCm
 kernels (``cp_mha_gather_cache``, the ROCm merge), in this process on the GPU.
-
-Same case list (``tests/helpers/forward_cases.py``) and same assertions (``tests/helpers/forward_checks.py``)
-as the CPU tier; no kernel is replaced (the shuffle-layout cases switch that layout on for vLLM's
-methods through private globals, as on CPU). The first run here also checks what the CPU tier's torch
-references assume of AITER (a query with no key gives output 0 and lse -inf; causal masks aligned
-bottom-right): if a reference is wrong, the two tiers disagree on the same case.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ def report(device) -> ForwardReport:
     from vllm.plugins import load_general_plugins
 
     load_general_plugins()
-    request = ForwardRequest(list(CASES), device=str(device), gather_budget=None)
+    request = ForwardRequest(list(CASES), device=str(device), kernel_budget=None)
     result = forward_child.run(forward_child.TierRequest(request, graph_replays=True))
     assert result.unavailable is None, result.unavailable
     assert result.references == [], f"real kernels expected, got references {result.references}"

@@ -1,8 +1,4 @@
-"""Optional end-to-end EAGLE run on MI300: greedy output is the same with and without speculation.
-
-Needs a small Llama target and its EAGLE draft in local directories, named by
-VLLM_ROCM_AITER_E2E_TARGET and VLLM_ROCM_AITER_E2E_DRAFT (no hub downloads).
-"""
+"""Optional end-to-end EAGLE run on MI300: greedy output is the same with and without speculation."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""MI300 tier: the plugin's platform on a real ROCm machine, through vLLM's own selection path.
-
-In a fresh interpreter, vLLM resolves ``current_platform`` from the platform plugins (the plugin's
-``RocmPlatform`` subclass, since a ROCm GPU is present); vLLM's ``get_attn_backend`` then selects
-through it, and ``VLLM_ATTENTION_BACKEND`` picks among what stock's selection accepts for the
-layer (plus ROCM_AITER_FA, AITER being present in this tier). No config field is written.
-"""
+"""MI300 tier: the plugin's platform on a real ROCm machine, through vLLM's own selection path."""
 
 from __future__ import annotations
 

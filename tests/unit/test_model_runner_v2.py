@@ -1,8 +1,4 @@
-"""Model-runner V2 batch order, driven through vLLM's own code: its sort and build_attn_metadata.
-
-What each request attends to is checked against the truth (its whole context, then its new tokens
-causally) with ``tests/helpers/oracle.py``, independently of stock vLLM, which is wrong on these batches.
-"""
+"""Model-runner V2 batch order, driven through vLLM's own code: its sort and build_attn_metadata."""
 
 from __future__ import annotations
 

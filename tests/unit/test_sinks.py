@@ -1,17 +1,4 @@
-"""Attention sinks (gpt-oss: one learned logit per query head in every softmax).
-
-The sink cases run with the others (``tests/forward/test_forward.py`` judges every row, and
-shows a kernel that drops the sink on causal calls fails the tier); here, what makes them mean
-something:
-
-- the references count a sink the way the kernels' sources do: once per call, in the softmax and
-  in the lse, and a row with no keys gets lse = the sink (``reference_kernels.attend``);
-- so a merge of calls that each carry the sink counts it once per call, which is what stock's
-  extend path does (``docs/upstream/README.md``), and a merge where one call carries it counts it
-  once, which is what the plugin's impl does (``docs/deviations.md``);
-- the plugin's ``rocm_aiter_ops`` passes the sink to the new-token call only and is vLLM's
-  otherwise.
-"""
+"""Attention sinks (gpt-oss: one learned logit per query head in every softmax)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""What ``VLLM_ATTENTION_BACKEND`` gives each kind of attention layer here, for the doctor.
-
-On a ROCm GPU whose vLLM platform is the plugin's, each kind of layer an operator may serve goes
-through the same :func:`~vllm_rocm_aiter_plugin.env_backend.choose` the plugin's platform runs,
-against vLLM's own ``RocmPlatform`` on this GPU, with this AITER, on this release: a name
-honoured for no kind is a PROBLEM, one honoured for some kinds only a NOTE naming the others.
-Elsewhere the variable is not read; all that can be said is whether this vLLM's ROCm selection
-(``_get_backend_priorities`` in ``vllm/platforms/rocm.py``, read without importing it: that
-module queries the GPU when imported) ever offers the name.
-"""
+"""What ``VLLM_ATTENTION_BACKEND`` gives each kind of attention layer here, for the doctor."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""The one protocol between the commands and the fresh Python processes they start.
-
-The parent starts ``python ARGS`` (:func:`start`), optionally writing a JSON document to its
-stdin, and reads the child's result (:func:`finish`): the last stdout line that starts with
-``RESULT_MARK``, which the child writes with :func:`report`. A child runs in a fresh
-interpreter, as vLLM starts its own processes, so its imports and plugin loading are vLLM's.
-Time limits stretch with the machine's load (the children import vLLM: minutes of CPU on a
-busy machine); a child past its limit is killed and gives a ``TimeoutError`` saying a rerun may
-pass.
-"""
+"""The one protocol between the commands and the fresh Python processes they start."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default) and doctor.
-
-Stdout carries only the command's own report; vLLM's log lines go to stderr through vLLM's own
-logging configuration (``VLLM_LOGGING_STREAM``), set before vLLM is imported.
-"""
+"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default) and doctor."""
 
 from __future__ import annotations
 

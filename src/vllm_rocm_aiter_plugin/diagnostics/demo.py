@@ -1,22 +1,4 @@
-"""The main job on any machine: the three bugs and the fix on the installed vLLM (CPU is enough).
-
-1. The EAGLE crash: EAGLE's pure-decode batch as model-runner V2 builds it (no
-   ``seq_lens_cpu_upper_bound``, 3 speculative tokens), through vLLM's split and builder, then
-   the plugin's.
-2. Cached context ignored: a model-runner V2 step (decode, new prompt, continuation with 8192
-   cached tokens) in the installed vLLM's own V2 order: where each split puts each request, then
-   vLLM's real ROCM_AITER_FA forward, every request's output against plain attention over its
-   whole context.
-3. NaN from empty context chunks: an EAGLE step in vLLM's own V1 order whose 2-token new prompt
-   lands in an extend region of two context chunks, through the same forward; on a release
-   without the V1 runner (0.34.0), a model-runner V2 step whose new prompt the plugin's split
-   puts in such a region. On a release whose merge keeps two empty chunks finite, the section
-   says that bug 3 does not apply there.
-Exit 0 when ROCM_AITER_FA resolves to the plugin and it is right on all three.
-
-vLLM's own log records are held back while the report prints; before the verdict, which is the
-last line, :mod:`.vllm_log` prints what an operator needs of them on stderr.
-"""
+"""The main job on any machine: the three bugs and the fix on the installed vLLM (CPU is enough)."""
 
 from __future__ import annotations
 

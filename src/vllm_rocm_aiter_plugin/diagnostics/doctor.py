@@ -1,13 +1,4 @@
-"""``vllm-rocm-aiter-plugin doctor``'s checks: is the installed vLLM affected, is the fix active?
-
-Every verdict comes from running things: vLLM's own split on the batches that break it, and, in
-one fresh vLLM process (:mod:`.forward.runner`, started first, running beside this process's
-checks), what ``ROCM_AITER_FA`` resolves to, how its builder builds those batches, and vLLM's
-real ROCM_AITER_FA forward on the doctor's steps (``cases.doctor_steps``). A check that cannot
-run is named (exit 2); the problems the others found are still reported. Exit 0: fix active or
-not needed; 1: affected and the fix not active or not working, or a PROBLEM line. What the
-doctor prints: :mod:`.doctor_output`.
-"""
+"""``vllm-rocm-aiter-plugin doctor``'s checks: is the installed vLLM affected, is the fix active?"""
 
 from __future__ import annotations
 

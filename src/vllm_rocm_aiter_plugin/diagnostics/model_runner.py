@@ -1,15 +1,4 @@
-"""vLLM's own code paths for laying out a step and building its attention metadata.
-
-- ``v2_order``: the order model-runner V2 lays a step out in: the installed vLLM's
-  ``sort_batch_req_ids`` (0.26.0 onwards), else the sort of ``GPUModelRunner.prepare_inputs``
-  (0.20.0-0.25.1: query length alone, a stable sort).
-- ``v1_order``: the V1 runner's ``reorder_batch_to_split_decodes_and_prefills``, run on a request
-  table holding the three arrays and the swap that function uses of vLLM's ``InputBatch``; where
-  the installed vLLM has no V1 runner (0.34.0 removed it), :func:`why_no_v1_order` says so.
-- ``attention_group`` / ``build_through_v2``: vLLM's ``AttentionGroup`` creating the backend's
-  builder, and ``vllm.v1.worker.gpu.attn_utils.build_attn_metadata``, the call model-runner V2 and
-  its EAGLE speculator make, with only the keyword arguments the installed release accepts.
-"""
+"""vLLM's own code paths for laying out a step and building its attention metadata."""
 
 from __future__ import annotations
 

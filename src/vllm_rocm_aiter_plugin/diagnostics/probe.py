@@ -1,9 +1,4 @@
-"""Probes of the installed vLLM, shared by the demo and the doctor: behaviour, not version strings.
-
-vLLM's own split on the batches that break it (:func:`probe_stock_split`,
-:func:`probe_stock_v2_order`), and a builder on those batches (:func:`check_builder_behaviour`,
-which the forward child runs on whatever ``ROCM_AITER_FA`` resolves to).
-"""
+"""Probes of the installed vLLM, shared by the demo and the doctor: behaviour, not version strings."""
 
 from __future__ import annotations
 
@@ -81,11 +76,6 @@ def build_with(builder_cls: type, vllm_config: Any, batch: Any) -> Any:
 def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
     """Build the two batches the plugin exists for with ``builder_cls`` on the tiny config, and
     say for each whether it built with correct regions.
-
-    - ``eagle_pure_decode``: EAGLE's pure-decode batch without ``seq_lens_cpu_upper_bound``
-      (threshold 4); correct = every request a decode.
-    - ``v2_order``: ``samples.V2_ORDER_EXAMPLE`` (threshold 1); correct = no row with context in
-      the prefill region, every request in a region.
     """
     from vllm_rocm_aiter_plugin.diagnostics import samples
     from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill

@@ -1,9 +1,4 @@
-"""Real vLLM objects for demos, probes, tests and benchmarks: a tiny offline VllmConfig and batches.
-
-Everything here builds the installed vLLM's own classes (``VllmConfig``,
-``CommonAttentionMetadata``, KV-cache specs); nothing is faked. The model is a tiny Llama
-``config.json`` written to a directory, so no hub access and no weights are needed.
-"""
+"""Real vLLM objects for demos, probes, tests and benchmarks: a tiny offline VllmConfig and batches."""
 
 from __future__ import annotations
 
@@ -98,12 +93,7 @@ def tiny_vllm_config(
     cache_dtype: str = "auto",
     encoder_decoder: bool = False,
 ) -> VllmConfig:
-    """A real ``VllmConfig`` over a tiny Llama, built offline.
-
-    ``num_speculative_tokens > 0`` adds an EAGLE speculative config over a tiny draft head (no
-    weights are read), which raises the builder's ``reorder_batch_threshold`` to
-    ``1 + num_speculative_tokens``.
-    """
+    """A real ``VllmConfig`` over a tiny Llama, built offline."""
     from vllm.config import (
         CacheConfig,
         DeviceConfig,
@@ -171,13 +161,7 @@ def attention_layer(
     layer_index: int = 0,
     sinks: torch.Tensor | None = None,
 ) -> str:
-    """Create (once) a real vLLM ``Attention`` layer on ``vllm_config`` and return its name.
-
-    The layer registers itself in the config's forward context, where the ROCM_AITER_FA builder
-    finds it and reads its sliding window. ``backend`` defaults to vLLM's
-    ``AiterFlashAttentionBackend``. ``sinks`` (float32, one per query head) go to the impl as
-    gpt-oss passes them.
-    """
+    """Create (once) a real vLLM ``Attention`` layer on ``vllm_config`` and return its name."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.attention import Attention
 
@@ -224,13 +208,7 @@ def make_batch(
     max_query_len: int | None = None,
     block_size: int = BLOCK_SIZE,
 ) -> CommonAttentionMetadata:
-    """A real ``CommonAttentionMetadata`` for requests with the given query and sequence lengths.
-
-    ``with_upper_bound=False`` leaves ``seq_lens_cpu_upper_bound`` None, as model-runner V2 does for
-    EAGLE. ``upper_bound_slack`` adds per-row optimism to the upper bound (model-runner V2 bounds a
-    decode row's length by assuming every draft token is accepted). ``num_padding_tokens`` pads
-    ``num_actual_tokens`` past the last query offset, as CUDA-graph padding does.
-    """
+    """A real ``CommonAttentionMetadata`` for requests with the given query and sequence lengths."""
     import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata
 

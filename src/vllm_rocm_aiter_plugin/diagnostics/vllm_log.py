@@ -1,11 +1,4 @@
-"""vLLM's log while the demo or the doctor runs: held back, then only what an operator needs.
-
-vLLM's records (the plugin's included) are collected instead of printed while a command runs.
-Afterwards :func:`summary` keeps the plugin's own lines and vLLM's warnings, each warning that any
-machine without a GPU driver gets followed by one line on why it appears there, and leaves vLLM's
-INFO lines out: on such a machine they say that Triton is off and the GPU ops are missing, which
-reads as the opposite of what the commands then run.
-"""
+"""vLLM's log while the demo or the doctor runs: held back, then only what an operator needs."""
 
 from __future__ import annotations
 

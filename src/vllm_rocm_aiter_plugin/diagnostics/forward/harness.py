@@ -4,9 +4,7 @@
 see something else (the gather and shuffle write vLLM defines only under ``is_rocm()``, a platform
 answering another fp8 format, a ``rocm_aiter_ops`` serving the shuffle layout), it runs in a
 subclass whose methods are copies with private globals (:mod:`..rebind`).
-
-On CPU the Triton kernels run under Triton's interpreter: the process must start with
-``INTERPRETER_ENV`` (vLLM otherwise disables Triton when no driver is active)."""
+"""
 
 from __future__ import annotations
 
@@ -129,11 +127,15 @@ class ShuffleWrite:
     16-bit cache is written by the kernel and must equal the reference's. For an fp8 cache the
     reference writes the cache and the kernel a copy, which must agree up to the interpreter's
     float32-to-fp8 conversion (no round to nearest even: one fp8 step on about 0.5% of values; a lost
-    carry into the next power of two: half that power); anything else raises ``LauncherError``."""
+    carry into the next power of two: half that power); anything else raises ``LauncherError``.
+    A write of more than ``budget`` tokens is checked so on its first ``budget`` tokens, and the
+    reference writes it whole."""
 
     kernel: Callable[..., Any] | None
+    budget: int | None = None  # None: no limit; else the kernel writes the first tokens only
     kernel_calls: int = 0
-    reference_calls: int = 0
+    reference_calls: int = 0  # fp8 caches: the reference's write is kept
+    budgeted_calls: int = 0
     interpreter_carry_losses: int = 0
     interpreter_rounding_steps: int = 0
 
@@ -144,6 +146,19 @@ class ShuffleWrite:
             raise reference_kernels.LauncherError(
                 "no reshape_and_cache_shuffle_triton in this process"
             )
+        count = slot_mapping.shape[0]
+        if self.budget is not None and count > self.budget:
+            count = self.budget  # the kernel on the first tokens, the reference on all
+            self.budgeted_calls += 1
+            whole = [key_cache.clone(), value_cache.clone()]
+            reference_kernels.reshape_and_cache_shuffle(
+                key, value, *whole, slot_mapping, kv_cache_dtype, k_scales, v_scales
+            )
+            self(key[:count], value[:count], key_cache, value_cache, slot_mapping[:count],
+                 kv_cache_dtype, k_scales, v_scales)  # fmt: skip
+            key_cache.copy_(whole[0])
+            value_cache.copy_(whole[1])
+            return
         expected = [key_cache.clone(), value_cache.clone()]
         reference_kernels.reshape_and_cache_shuffle(
             key, value, expected[0], expected[1], slot_mapping, kv_cache_dtype, k_scales, v_scales

@@ -1,9 +1,4 @@
-"""What the forward check is asked and what it answers: one typed request, one typed report.
-
-The runner writes a :class:`ForwardReport` once; the doctor, the demo and the tests read that
-object. Between processes each crosses as JSON (:mod:`..child`): the request on the child's
-stdin, the report as its result.
-"""
+"""What the forward check is asked and what it answers: one typed request, one typed report."""
 
 from __future__ import annotations
 
@@ -13,9 +8,10 @@ from typing import Any
 
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
 
-DEFAULT_GATHER_BUDGET = 2048
-"""Gather calls up to this many tokens run vLLM's Triton kernel (about 2 ms per token and head in
-the interpreter); larger ones run the reference, checked against the kernel on this many tokens."""
+DEFAULT_KERNEL_BUDGET = 256
+"""vLLM's Triton gather and shuffle-write kernels (slow in the interpreter: each token is a program)
+take calls up to this many tokens; larger ones run the reference, checked against the kernel on
+this many tokens."""
 
 
 @dataclass
@@ -27,7 +23,7 @@ class ForwardRequest:
     cases: list[ForwardCase]
     kinds: list[str] = field(default_factory=lambda: ["stock", "plugin"])
     device: str = "cpu"
-    gather_budget: int | None = DEFAULT_GATHER_BUDGET
+    kernel_budget: int | None = DEFAULT_KERNEL_BUDGET
     resolution: bool = False
 
     def to_json(self) -> dict[str, Any]:

@@ -1,11 +1,5 @@
 """Run forward cases through vLLM's real ROCM_AITER_FA forward, with stock's backend and the
 plugin's, and judge every request's output against its dense reference.
-
-:func:`run` takes a :class:`~.report.ForwardRequest` and gives a :class:`~.report.ForwardReport`
-in this process; :func:`run_in_child` does it in a fresh one (``python -m`` this module reads the
-request on stdin and reports through :mod:`..child`), on CPU started with Triton's interpreter
-environment (``harness.INTERPRETER_ENV``). Where the installed vLLM has no V1 runner, V1-order
-cases are left out and ``v1_order_absent`` says why, once.
 """
 
 from __future__ import annotations
@@ -73,13 +67,13 @@ def _registered_backend() -> Any:
 class Runner:
     """One per process: a tiny model directory per backend run, the gather, the references."""
 
-    def __init__(self, device: torch.device, gather_budget: int | None):
+    def __init__(self, device: torch.device, kernel_budget: int | None):
         kernel, origin = harness.vllm_gather_kernel()
         self.device = device
-        self.gather = harness.Gather(kernel, gather_budget)
+        self.gather = harness.Gather(kernel, kernel_budget)
         self.gather_origin = origin
         self.shuffle_write = harness.ShuffleWrite(
-            harness.vllm_rocm_kernel(harness.SHUFFLE_WRITE_NAME)[0]
+            harness.vllm_rocm_kernel(harness.SHUFFLE_WRITE_NAME)[0], kernel_budget
         )
         self._dirs = tempfile.TemporaryDirectory(prefix="forward-models-")
         self._configs = 0
@@ -304,6 +298,7 @@ class Runner:
         report.shuffle_write_calls = {
             "kernel": self.shuffle_write.kernel_calls,
             "reference": self.shuffle_write.reference_calls,
+            "budgeted": self.shuffle_write.budgeted_calls,
             "interpreter_carry_losses": self.shuffle_write.interpreter_carry_losses,
             "interpreter_rounding_steps": self.shuffle_write.interpreter_rounding_steps,
         }
@@ -417,12 +412,12 @@ def unified_attention_for(device: torch.device) -> harness.UnifiedAttention | No
 
 @contextlib.contextmanager
 def forward_environment(
-    device: torch.device, gather_budget: int | None, unified_attention: Any = None
+    device: torch.device, kernel_budget: int | None, unified_attention: Any = None
 ) -> Iterator[Runner]:
     """A :class:`Runner` with the references installed where vLLM imports the real kernels
     (``unified_attention``: what runs as AITER's, default :func:`unified_attention_for`; the
     tests give AITER's own Triton kernel)."""
-    runner = Runner(device, gather_budget)
+    runner = Runner(device, kernel_budget)
     runner.unified_attention = unified_attention or unified_attention_for(device)
     try:
         with reference_kernels.installed(runner.unified_attention) as references:
@@ -466,7 +461,7 @@ def run(request: ForwardRequest) -> ForwardReport:
         report = ForwardReport(vllm=vllm.__version__, unavailable=unavailable)
     else:
         backends = {kind: backend_for(kind) for kind in request.kinds}
-        with forward_environment(device, request.gather_budget) as runner:
+        with forward_environment(device, request.kernel_budget) as runner:
             report = runner.report()
             report.cases = [runner.run_case(c, backends) for c in cases_here(request.cases)]
             runner.count_calls(report)

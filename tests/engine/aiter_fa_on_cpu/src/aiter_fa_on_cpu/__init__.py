@@ -1,10 +1,4 @@
-"""vLLM's CPU platform, except that a ``ROCM_AITER_FA`` selection serves ``ROCM_AITER_FA``.
-
-Test-only (the engine tier, ``bash scripts/nox -s engine``): installed into that environment
-alone, never beside a real GPU platform. The backend is the one vLLM's registry holds for
-``ROCM_AITER_FA`` (stock's, or the plugin's where the plugin registered it), run as the forward
-tier runs it (:mod:`aiter_fa_on_cpu.backend`).
-"""
+"""vLLM's CPU platform, except that a ``ROCM_AITER_FA`` selection serves ``ROCM_AITER_FA``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""``ROCM_AITER_FA`` as vLLM's registry holds it, made runnable on CPU as the forward tier runs it.
-
-Resolved on first use (vLLM imports the qualname when a layer selects the backend), after vLLM's
-general plugins ran: where the plugin registered its backend, this is the plugin's; where it is
-switched off, stock's. For the life of the process, the references stand where vLLM imports
-AITER's compiled kernels and its C cache write from, and AITER's Triton ``unified_attention``
-runs under Triton's interpreter, each call checked against the reference
-(``vllm_rocm_aiter_plugin.diagnostics.forward``). :func:`usage` says what ran.
-"""
+"""``ROCM_AITER_FA`` as vLLM's registry holds it, made runnable on CPU as the forward tier runs it."""
 
 from __future__ import annotations
 
