@@ -152,7 +152,7 @@ class ShuffleWrite:
             self.budgeted_calls += 1
             whole = [key_cache.clone(), value_cache.clone()]
             reference_kernels.reshape_and_cache_shuffle(
-                key, value, *whole, slot_mapping, kv_cache_dtype, k_scales, v_scales
+                key, value, whole[0], whole[1], slot_mapping, kv_cache_dtype, k_scales, v_scales
             )
             self(key[:count], value[:count], key_cache, value_cache, slot_mapping[:count],
                  kv_cache_dtype, k_scales, v_scales)  # fmt: skip
