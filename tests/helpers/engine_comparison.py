@@ -5,16 +5,14 @@ ops) in the same engine, runner, model and prompts."""
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.engine_workloads import ENGINE_ENV, RESULT_MARK, WORKLOADS, Workload
+from tests.helpers.engine_workloads import ENGINE_ENV, WORKLOADS, Workload
+from vllm_rocm_aiter_plugin.diagnostics import child
 
 ULPS = 8
 """A logprob may differ from the oracle's by this many float16 steps at the logits' magnitude:
@@ -119,26 +117,20 @@ def serve_in_child(server: str, models: Path, timeout: float = 1800) -> dict[str
     """:func:`workloads_of` ``server`` (a ``SERVERS`` key) served in a new interpreter with the
     tier's environment; the results by workload name."""
     backend, extra, one_per_step = SERVERS[server]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ROCM_AITER_PLUGIN"}
-    env.update(ENGINE_ENV, **extra)
     names = workloads_of(server)
-    command = [sys.executable, "-m", "tests.helpers.engine_workloads", "--attention", backend,
-               "--models", str(models), "--workloads", *names]  # fmt: skip
+    args = ["-m", "tests.helpers.engine_workloads", "--attention", backend,
+            "--models", str(models), "--workloads", *names]  # fmt: skip
     if one_per_step:
-        command.append("--one-request-per-step")
+        args.append("--one-request-per-step")
     root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    proc = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
-    results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_MARK):
-            result = json.loads(line[len(RESULT_MARK) :])
-            results[result["workload"]] = result
-    if proc.returncode != 0 or sorted(results) != sorted(names):
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**ENGINE_ENV, **extra, "VLLM_ROCM_AITER_PLUGIN": None, "PYTHONPATH": path}
+    done = child.run(args, env=env, cwd=str(root), timeout=timeout)
+    results = done.result or {}
+    if done.returncode != 0 or sorted(results) != sorted(names):
         raise RuntimeError(
-            f"the engine child ({server}) exited {proc.returncode} with {sorted(results)} of "
-            f"{names}:\n{(proc.stdout + proc.stderr)[-4000:]}"
+            f"the engine child ({server}) exited {done.returncode} with {sorted(results)} of "
+            f"{names}:\n{done.output[-4000:]}"
         )
     return results
 

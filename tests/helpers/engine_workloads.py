@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import random
 import sys
@@ -13,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RESULT_MARK = "ENGINE-RESULT "
 VOCAB = 512
 BLOCK_SIZE = 32  # CPU_ATTN takes multiples of 32; ROCM_AITER_FA takes 16 and 32
 TOKEN_BUDGET = 256  # chunked prefill: a long prompt spans several steps
@@ -228,11 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     missing = {k: v for k, v in ENGINE_ENV.items() if os.environ.get(k) != v}
     if missing:
         parser.error(f"start this child with {missing} (the engine tier's environment)")
-    for name in args.workloads:
-        result = serve(
-            WORKLOADS_BY_NAME[name], args.models, args.attention, args.one_request_per_step
-        )
-        print(RESULT_MARK + json.dumps(result), flush=True)
+    from vllm_rocm_aiter_plugin.diagnostics import child
+
+    child.report({
+        name: serve(WORKLOADS_BY_NAME[name], args.models, args.attention, args.one_request_per_step)
+        for name in args.workloads
+    })  # fmt: skip
     return 0
 
 

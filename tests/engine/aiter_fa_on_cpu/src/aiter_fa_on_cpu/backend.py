@@ -27,7 +27,11 @@ def runnable() -> type:
     unavailable = runner.why_unavailable(device)
     if unavailable:
         raise RuntimeError(f"ROCM_AITER_FA cannot run in this CPU process: {unavailable}")
-    unified_attention = runner.unified_attention_for(device)
+    # AITER's own Triton kernel, cross-checked call by call, where its wheel loads (the server runs
+    # from the repository's root: tests.helpers is importable)
+    from tests.helpers.forward_child import unified_attention as aiter_or_reference
+
+    unified_attention = aiter_or_reference(device, aiter_kernel=True)
     _process_lifetime.enter_context(reference_kernels.installed(unified_attention))
     kernel, _ = harness.vllm_gather_kernel()
     gather = harness.Gather(kernel, GATHER_BUDGET)
