@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from typing import Any
 
 
 def resolve_rocm_aiter_fa(queue: Any) -> None:
-    """Put what ROCM_AITER_FA resolves to here and this process's own log (its stderr, kept apart
-    from the parent's) in ``queue``."""
+    """Put what ROCM_AITER_FA resolves to here and this process's own log (its stdout and stderr,
+    where vLLM's logger writes, kept apart from the parent's) in ``queue``."""
     with tempfile.TemporaryFile("w+") as log:
-        os.dup2(log.fileno(), 2)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+            os.dup2(log.fileno(), stream.fileno())
         from vllm.plugins import load_general_plugins
 
         load_general_plugins()
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
+        sys.stdout.flush()
+        sys.stderr.flush()
         log.seek(0)
         queue.put({"path": AttentionBackendEnum.ROCM_AITER_FA.get_path(), "log": log.read()})

@@ -27,7 +27,7 @@ def read_request() -> Any:
 class ChildResult:
     returncode: int
     result: Any  # the last reported result; None if the child reported nothing
-    output: str  # stdout and stderr
+    output: str  # stdout (less the result lines) and stderr
 
 
 @dataclass
@@ -88,11 +88,13 @@ def finish(started: Started) -> ChildResult:
             f"a fresh Python process did not finish within {started.timeout:.0f} s ({load}); "
             "on a busy machine a rerun may pass"
         ) from exc
-    result = None
-    for line in stdout.splitlines():
+    result, kept = None, []
+    for line in stdout.splitlines(keepends=True):
         if line.startswith(RESULT_MARK):
             result = json.loads(line[len(RESULT_MARK) :])
-    return ChildResult(started.process.returncode, result, stdout + stderr)
+        else:
+            kept.append(line)
+    return ChildResult(started.process.returncode, result, "".join(kept) + stderr)
 
 
 def run(args: Sequence[str], **options: Any) -> ChildResult:
