@@ -20,11 +20,7 @@ pytestmark = pytest.mark.engine
 def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
     models = Path(tmp_path_factory.mktemp("engine-models"))
     save_models(models)
-    return {
-        server: engine_comparison.serve_in_child(server, models)
-        for server in engine_comparison.SERVERS
-        if engine_comparison.workloads_of(server)
-    }
+    return engine_comparison.serve_all(models)
 
 
 def comparisons(served: dict[str, dict[str, dict]], server: str) -> dict[str, Comparison]:

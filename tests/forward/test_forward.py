@@ -130,11 +130,14 @@ def test_steps_of_vllms_scheduler(report):
 
 
 def test_vllms_own_kernels_ran(report):
-    """vLLM's Triton gather ran (and checked every reference gather); the merge is vLLM's own."""
+    """vLLM's Triton gather and merge ran (and checked every budgeted call of the references)."""
     assert report.gather.startswith("vLLM's")
     calls = report.gather_calls
     assert calls["kernel"] > 0
     assert calls["reference"] == 0 or calls["kernel_checked_tokens"] > 0
+    merges = report.merge_calls
+    assert merges["kernel"] + merges["budgeted"] > 0
+    assert merges["budgeted"] == 0 or merges["kernel_checked_tokens"] > 0
 
 
 UNIFIED_ATTENTION_CASES = (

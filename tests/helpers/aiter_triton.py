@@ -50,6 +50,8 @@ class AiterUnifiedAttention(UnifiedAttention):
     widen_bf16: bool = True
     reference: Callable[..., None] | None = None  # None: reference_kernels.unified_attention
     widen_fp8_caches: bool = False  # a mutation only: what a careless widening does
+    budget: int | None = None  # after this many calls, the reference alone (the engine tier)
+    reference_only_calls: int = 0
     bf16_widened_calls: int = 0
     fp8_cache_calls: int = 0
     checks: list[dict[str, Any]] = field(default_factory=list)
@@ -58,6 +60,10 @@ class AiterUnifiedAttention(UnifiedAttention):
                  **kwargs: Any) -> None:  # fmt: skip
         reference_kernels.check_unified_attention(q, out, **kwargs)
         self.calls += 1
+        if self.budget is not None and len(self.checks) >= self.budget:
+            self.reference_only_calls += 1
+            (self.reference or reference_kernels.unified_attention)(q, k, v, out, **kwargs)
+            return
         fp8 = k.dtype in reference_kernels.FP8_DTYPES
         self.fp8_cache_calls += fp8
         before = out.clone()
@@ -85,6 +91,7 @@ class AiterUnifiedAttention(UnifiedAttention):
             "bf16_widened_calls": self.bf16_widened_calls,
             "fp8_cache_calls": self.fp8_cache_calls,
             "cross_checked_calls": len(self.checks),
+            "reference_only_calls": self.reference_only_calls,
             "cross_check_disagreements": sum(not c["agrees"] for c in self.checks),
             "cross_check_largest_error": largest,
         }
@@ -126,8 +133,8 @@ def loading(root: Path) -> Iterator[None]:
     before = {name: sys.modules.pop(name) for name in aiter_modules()}  # e.g. a failed import's
     try:
         previous = driver.active
-    except RuntimeError:  # no active driver: the interpreter on a machine without a GPU
-        previous = None
+    except (RuntimeError, TypeError):  # none usable on a machine without a GPU (no driver, or
+        previous = None  # an abstract one, as vLLM's CPU build leaves it): left unset again
     for name in BARE_PACKAGES:
         sys.modules[name] = _bare_package(name, root.joinpath(*name.split(".")[1:]))
     driver.set_active(_HipTarget())
@@ -148,8 +155,11 @@ def _distribution() -> str:
         return names[0]
 
 
-def load_unified_attention() -> tuple[AiterUnifiedAttention | None, str]:
-    """AITER's ``unified_attention`` ready to run in this CPU process, or None and why not."""
+def load_unified_attention(
+    budget: int | None = None,
+) -> tuple[AiterUnifiedAttention | None, str]:
+    """AITER's ``unified_attention`` ready to run in this CPU process (on its first ``budget``
+    calls, None: all), or None and why not."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return None, "AITER's Triton kernels run on CPU only under TRITON_INTERPRET=1"
     spec = importlib.util.find_spec("aiter")
@@ -173,4 +183,4 @@ def load_unified_attention() -> tuple[AiterUnifiedAttention | None, str]:
         f"AITER's Triton unified_attention ({_distribution()}, {root}), "
         "under the Triton interpreter"
     )
-    return AiterUnifiedAttention(function, origin, is_aiter=True), origin
+    return AiterUnifiedAttention(function, origin, is_aiter=True, budget=budget), origin

@@ -113,20 +113,34 @@ def workloads_of(server: str) -> list[str]:
     return [w.name for w in WORKLOADS if server not in ORACLES or oracle_of(w) == server]
 
 
-def serve_in_child(server: str, models: Path, timeout: float = 1800) -> dict[str, dict]:
-    """:func:`workloads_of` ``server`` (a ``SERVERS`` key) served in a new interpreter with the
-    tier's environment; the results by workload name."""
+def serve_all(models: Path, timeout: float = 1800) -> dict[str, dict[str, dict]]:
+    """Every server with workloads (``SERVERS``), each in a new interpreter with the tier's
+    environment, as many at once as the machine has cores; their results by workload name."""
+    servers = [server for server in SERVERS if workloads_of(server)]
+    at_once = max(1, min(len(servers), os.cpu_count() or 1))
+    results: dict[str, dict[str, dict]] = {}
+    for first in range(0, len(servers), at_once):
+        batch = servers[first : first + at_once]
+        started = [(server, _start(server, models, timeout)) for server in batch]
+        results.update((server, _finish(server, begun)) for server, begun in started)
+    return results
+
+
+def _start(server: str, models: Path, timeout: float) -> child.Started:
     backend, extra, one_per_step = SERVERS[server]
-    names = workloads_of(server)
     args = ["-m", "tests.helpers.engine_workloads", "--attention", backend,
-            "--models", str(models), "--workloads", *names]  # fmt: skip
+            "--models", str(models), "--workloads", *workloads_of(server)]  # fmt: skip
     if one_per_step:
         args.append("--one-request-per-step")
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    env = {**ENGINE_ENV, **extra, "VLLM_ROCM_AITER_PLUGIN": None, "PYTHONPATH": path}
-    done = child.run(args, env=env, cwd=str(root), timeout=timeout)
-    results = done.result or {}
+    env = {"VLLM_ROCM_AITER_PLUGIN": None, **ENGINE_ENV, **extra, "PYTHONPATH": path}
+    return child.start(args, env=env, cwd=str(root), timeout=timeout)
+
+
+def _finish(server: str, started: child.Started) -> dict[str, dict]:
+    done = child.finish(started)
+    results, names = done.result or {}, workloads_of(server)
     if done.returncode != 0 or sorted(results) != sorted(names):
         raise RuntimeError(
             f"the engine child ({server}) exited {done.returncode} with {sorted(results)} of "

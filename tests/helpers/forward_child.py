@@ -74,12 +74,13 @@ def controls() -> dict[str, type]:
     }
 
 
-def unified_attention(device: torch.device, aiter_kernel: bool) -> Any:
-    """AITER's own Triton kernel on CPU where its wheel loads; else the shipped default."""
+def unified_attention(device: torch.device, aiter_kernel: bool, budget: int | None = None) -> Any:
+    """AITER's own Triton kernel on CPU where its wheel loads (on its first ``budget`` calls);
+    else the shipped default."""
     if device.type == "cpu" and aiter_kernel:
         from tests.helpers.aiter_triton import load_unified_attention
 
-        kernel, why_not = load_unified_attention()
+        kernel, why_not = load_unified_attention(budget)
         if kernel is not None:
             return kernel
         default = runner.unified_attention_for(device)
@@ -177,6 +178,7 @@ def merged(first: ForwardReport, second: ForwardReport) -> ForwardReport:
         cases=[*first.cases, *second.cases],
         unified_attention=used,
         gather_calls={k: v + second.gather_calls[k] for k, v in first.gather_calls.items()},
+        merge_calls={k: v + second.merge_calls[k] for k, v in first.merge_calls.items()},
         shuffle_write_calls={
             k: v + second.shuffle_write_calls[k] for k, v in first.shuffle_write_calls.items()
         },

@@ -24,6 +24,7 @@ from vllm_rocm_aiter_plugin.rebind import loads_global, with_globals
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 GATHER_NAME = "cp_mha_gather_cache"
 SHUFFLE_WRITE_NAME = "reshape_and_cache_shuffle_triton"
+MERGE_NAME = "merge_attn_states"
 AITER_OPS_NAME = "rocm_aiter_ops"
 
 
@@ -119,6 +120,56 @@ class Gather:
                 "the reference cp_mha_gather_cache disagrees with vLLM's kernel"
             )
         self.checked_tokens += count
+
+
+@dataclass(eq=False)  # hashed by identity: the plugin caches its NaN probe per merge
+class Merge:
+    """vLLM's ``merge_attn_states`` under the interpreter: its Triton kernel on every token of a
+    call up to ``budget`` tokens; above it, on the first ``budget`` tokens and on every token with
+    two empty states or an lse of +inf or NaN (where releases differ), the reference on the rest,
+    checked against the kernel on the tokens both ran (``LauncherError`` where they disagree)."""
+
+    kernel: Callable[..., Any]
+    budget: int | None  # None: no limit
+    kernel_calls: int = 0
+    budgeted_calls: int = 0
+    checked_tokens: int = 0
+
+    def __call__(self, output: torch.Tensor, prefix_output: torch.Tensor,
+                 prefix_lse: torch.Tensor, suffix_output: torch.Tensor, suffix_lse: torch.Tensor,
+                 output_lse: torch.Tensor | None = None, *args: Any, **kwargs: Any) -> None:  # fmt: skip
+        states = (prefix_output, prefix_lse, suffix_output, suffix_lse)
+        if self.budget is None or output.shape[0] <= self.budget or args or kwargs:
+            self.kernel_calls += 1
+            self.kernel(output, *states, output_lse, *args, **kwargs)
+            return
+        self.budgeted_calls += 1
+        finite_or_empty = [
+            lse.isfinite() | (lse == float("-inf")) for lse in (prefix_lse, suffix_lse)
+        ]
+        one_finite = prefix_lse.isfinite() | suffix_lse.isfinite()
+        plain = (finite_or_empty[0] & finite_or_empty[1] & one_finite).all(0)
+        by_kernel = ~plain
+        by_kernel[: self.budget] = True
+        rows = by_kernel.nonzero().squeeze(1)
+        merged, lse = reference_kernels.merge_attn_states(*states)
+        kernel_out = output[rows]
+        kernel_lse = output_lse[:, rows] if output_lse is not None else None
+        self.kernel(kernel_out, prefix_output[rows], prefix_lse[:, rows], suffix_output[rows],
+                    suffix_lse[:, rows], kernel_lse)  # fmt: skip
+        both = plain[rows]
+        got, want = kernel_out[both].float(), merged[rows][both].to(output.dtype).float()
+        bound = 2 * torch.finfo(output.dtype).eps * want.abs().clamp(min=1.0)
+        if not bool(((got - want).abs() <= bound).all()):
+            raise reference_kernels.LauncherError(
+                "the reference merge_attn_states disagrees with vLLM's kernel"
+            )
+        self.checked_tokens += int(both.sum())
+        output.copy_(merged.to(output.dtype))
+        output[rows] = kernel_out
+        if output_lse is not None and kernel_lse is not None:
+            output_lse.copy_(lse)
+            output_lse[:, rows] = kernel_lse
 
 
 @dataclass
@@ -311,11 +362,12 @@ def runnable_impl(
     gather: Gather | None,
     fp8_dtype: torch.dtype | None = None,
     shuffle_write: ShuffleWrite | None = None,
+    merge: Merge | None = None,
 ) -> type:
     """``impl_cls`` whose methods (vLLM's and its own) that read ``cp_mha_gather_cache``,
     ``current_platform`` or, with ``shuffle_write``, ``rocm_aiter_ops`` and the shuffle write see
-    ``gather``, :func:`platform_globals` and :func:`shuffle_layout_ops`, where this process lacks them;
-    ``impl_cls`` itself where it lacks none."""
+    ``gather``, :func:`platform_globals` and :func:`shuffle_layout_ops`, where this process lacks them,
+    and ``merge`` where given; ``impl_cls`` itself where it needs none."""
     from vllm.v1.attention.backends import rocm_aiter_fa
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
 
@@ -328,6 +380,8 @@ def runnable_impl(
         replacements[AITER_OPS_NAME] = shuffle_layout_ops()
         if SHUFFLE_WRITE_NAME not in vars(rocm_aiter_fa):
             replacements[SHUFFLE_WRITE_NAME] = shuffle_write
+    if merge is not None:
+        replacements[MERGE_NAME] = merge
     return _with_vllm_globals(impl_cls, AiterFlashAttentionImpl, replacements, "Runnable")
 
 
@@ -375,10 +429,11 @@ def runnable_backend(
     gather: Gather | None,
     fp8_dtype: torch.dtype | None = None,
     shuffle_write: ShuffleWrite | None = None,
+    merge: Merge | None = None,
 ) -> Any:
     """``backend_cls`` with :func:`runnable_impl` of its impl and :func:`runnable_builder` of its
     builder (the rest unchanged)."""
-    impl = runnable_impl(backend_cls.get_impl_cls(), gather, fp8_dtype, shuffle_write)
+    impl = runnable_impl(backend_cls.get_impl_cls(), gather, fp8_dtype, shuffle_write, merge)
     builder = runnable_builder(backend_cls.get_builder_cls(), shuffle_write is not None)
     if impl is backend_cls.get_impl_cls() and builder is backend_cls.get_builder_cls():
         return backend_cls

@@ -446,6 +446,23 @@ def cp_mha_gather_cache(
         workspace[:total_tokens] = dequantise(rows, scale).to(workspace.dtype) if fp8 else rows
 
 
+def merge_attn_states(
+    prefix_output: torch.Tensor,
+    prefix_lse: torch.Tensor,
+    suffix_output: torch.Tensor,
+    suffix_lse: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two attention states merged, each of finite lse or empty (-inf), at least one finite:
+    (output float32 ``[tokens, heads, d]``, lse ``[heads, tokens]``). Two empty states, and an
+    lse of +inf, are left to vLLM's kernel, whose handling of them differs between releases."""
+    lse = torch.logaddexp(prefix_lse, suffix_lse)
+    weights = [
+        torch.exp(part - lse).transpose(0, 1).unsqueeze(-1) for part in (prefix_lse, suffix_lse)
+    ]
+    output = prefix_output.float() * weights[0] + suffix_output.float() * weights[1]
+    return output, lse
+
+
 SHUFFLE_BYTES = 16
 """The shuffle layout's vector width: ``x = 16 // element_size`` elements."""
 

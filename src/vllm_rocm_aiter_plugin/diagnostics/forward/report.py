@@ -8,10 +8,10 @@ from typing import Any
 
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
 
-DEFAULT_KERNEL_BUDGET = 256
-"""vLLM's Triton gather and shuffle-write kernels (slow in the interpreter: each token is a program)
-take calls up to this many tokens; larger ones run the reference, checked against the kernel on
-this many tokens."""
+DEFAULT_KERNEL_BUDGET = 64
+"""vLLM's Triton gather, merge and shuffle-write kernels (slow in the interpreter: each token is a
+program) take calls up to this many tokens; larger ones run the reference, checked against the
+kernel on this many tokens (the merge's kernel also takes every token with an empty state)."""
 
 
 @dataclass
@@ -137,6 +137,7 @@ class ForwardReport:
     references: list[str] = field(default_factory=list)
     unified_attention: dict[str, Any] = field(default_factory=dict)
     gather_calls: dict[str, int] = field(default_factory=dict)
+    merge_calls: dict[str, int] = field(default_factory=dict)
     shuffle_write_calls: dict[str, int] = field(default_factory=dict)
     shuffle_write_ignores_kv_scales: bool | str | None = None
     extras: dict[str, Any] = field(default_factory=dict)

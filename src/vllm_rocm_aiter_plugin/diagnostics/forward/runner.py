@@ -75,6 +75,11 @@ class Runner:
         self.shuffle_write = harness.ShuffleWrite(
             harness.vllm_rocm_kernel(harness.SHUFFLE_WRITE_NAME)[0], kernel_budget
         )
+        self.merge = None  # vLLM's own merge as it is, unless its kernel runs interpreted
+        if device.type == "cpu" and kernel_budget is not None:
+            from vllm.v1.attention.backends import rocm_aiter_fa
+
+            self.merge = harness.Merge(vars(rocm_aiter_fa)[harness.MERGE_NAME], kernel_budget)
         self._dirs = tempfile.TemporaryDirectory(prefix="forward-models-")
         self._configs = 0
         self.references: list[str] = []
@@ -108,8 +113,9 @@ class Runner:
         from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group
 
         runnable = harness.runnable_backend(
-            backend, self.gather, case.fp8_dtype, self.shuffle_write if case.shuffle else None
-        )
+            backend, self.gather, case.fp8_dtype, self.shuffle_write if case.shuffle else None,
+            self.merge,
+        )  # fmt: skip
         config = self.config(case)
         name = samples.attention_layer(
             config,
@@ -295,6 +301,12 @@ class Runner:
             "reference": self.gather.reference_calls,
             "kernel_checked_tokens": self.gather.checked_tokens,
         }
+        if self.merge is not None:
+            report.merge_calls = {
+                "kernel": self.merge.kernel_calls,
+                "budgeted": self.merge.budgeted_calls,
+                "kernel_checked_tokens": self.merge.checked_tokens,
+            }
         report.shuffle_write_calls = {
             "kernel": self.shuffle_write.kernel_calls,
             "reference": self.shuffle_write.reference_calls,

@@ -12,6 +12,10 @@ GATHER_BUDGET = 128
 """Context gathers up to this many tokens run vLLM's Triton kernel; larger ones the reference,
 checked against the kernel on their first tokens (the interpreter is slow)."""
 
+AITER_CALLS = 64
+"""AITER's kernel (cross-checked) serves the first this many calls of a process, the reference
+the rest: the forward tier checks the kernel itself, this tier the serving."""
+
 _process_lifetime = contextlib.ExitStack()
 _state: dict[str, Any] = {"layers": 0}
 
@@ -31,7 +35,7 @@ def runnable() -> type:
     # from the repository's root: tests.helpers is importable)
     from tests.helpers.forward_child import unified_attention as aiter_or_reference
 
-    unified_attention = aiter_or_reference(device, aiter_kernel=True)
+    unified_attention = aiter_or_reference(device, aiter_kernel=True, budget=AITER_CALLS)
     _process_lifetime.enter_context(reference_kernels.installed(unified_attention))
     kernel, _ = harness.vllm_gather_kernel()
     gather = harness.Gather(kernel, GATHER_BUDGET)
