@@ -122,7 +122,12 @@ def serve_all(models: Path, timeout: float = 1800) -> dict[str, dict[str, dict]]
     for first in range(0, len(servers), at_once):
         batch = servers[first : first + at_once]
         started = [(server, _start(server, models, timeout)) for server in batch]
-        results.update((server, _finish(server, begun)) for server, begun in started)
+        try:
+            results.update((server, _finish(server, begun)) for server, begun in started)
+        finally:  # one that failed leaves none of its batch running
+            for _, begun in started:
+                if begun.process.poll() is None:
+                    begun.process.kill()
     return results
 
 

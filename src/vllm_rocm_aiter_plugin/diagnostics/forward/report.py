@@ -11,7 +11,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
 DEFAULT_KERNEL_BUDGET = 64
 """vLLM's Triton gather, merge and shuffle-write kernels (slow in the interpreter: each token is a
 program) take calls up to this many tokens; larger ones run the reference, checked against the
-kernel on this many tokens (the merge's kernel also takes every token with an empty state)."""
+kernel on this many tokens (the merge's kernel also takes every token with two empty states)."""
 
 
 @dataclass
