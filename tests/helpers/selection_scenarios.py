@@ -5,6 +5,7 @@ plugin logs, whether the pick's impl constructs, and what the doctor says.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import types
@@ -17,6 +18,9 @@ AITER_MLA_BACKENDS = ("ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA")
 ROCM_ATTN_NAMES = ("ROCM_ATTN", "ROCM_FLASH", "ROCM_ATTN_VLLM_V1")
 """``ROCM_ATTN`` and the legacy names that select it."""
 TURBOQUANT_RUN = "turboquant_k8v4"
+DRAFT_BACKEND_FIELD = "attention_backend"
+"""The ``SpeculativeConfig`` field through which a draft names its own backend (absent on the
+oldest tested releases, where the draft shares the target's attention config)."""
 
 
 class _Lines(logging.Handler):
@@ -120,11 +124,12 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
     os.environ[env_backend.ENV_VAR] = "TRITON_ATTN"
     target = samples.tiny_vllm_config(num_speculative_tokens=3)
     drafts = {"unnamed": target.speculative_config}
-    drafts["ROCM_ATTN"] = SpeculativeConfig(  # --speculative-config '{..., "attention_backend": ...}'
-        method="eagle", model=target.speculative_config.model, num_speculative_tokens=3,
-        target_model_config=target.model_config, target_parallel_config=target.parallel_config,
-        attention_backend=AttentionBackendEnum.ROCM_ATTN,
-    )  # fmt: skip
+    if DRAFT_BACKEND_FIELD in {f.name for f in dataclasses.fields(SpeculativeConfig)}:
+        drafts["ROCM_ATTN"] = SpeculativeConfig(  # --speculative-config '{..., "attention_backend": ...}'
+            method="eagle", model=target.speculative_config.model, num_speculative_tokens=3,
+            target_model_config=target.model_config, target_parallel_config=target.parallel_config,
+            attention_backend=AttentionBackendEnum.ROCM_ATTN,
+        )  # fmt: skip
     found["draft"] = {"made_by": draft_vllm_config_source(target.speculative_config)}
     for label, speculative in drafts.items():
         draft = draft_vllm_config(speculative, target)
