@@ -96,6 +96,7 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
         "aiter_supported": is_aiter_found_and_supported(),
         "platform": type(current_platform).__qualname__,
         "capability": current_platform.get_device_capability().as_version_str(),
+        "aiter_fa_import_error": _import_error(AttentionBackendEnum.ROCM_AITER_FA.get_class),
     }
     with set_current_vllm_config(plain):
         valid, _ = RocmPlatform.get_valid_backends(capability, layer_of(decoder))
@@ -143,6 +144,17 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
             "lines": list(handler.lines),
         }  # fmt: skip
     return found
+
+
+def _import_error(load: Any) -> str | None:
+    """Why ``load()`` raises here (``type: message``), or None. vLLM 0.29-0.33's ROCM_AITER_FA
+    module imports AITER's package on ROCm, whose import needs a ROCm install (``hipconfig``),
+    which an emulated machine has not."""
+    try:
+        load()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def draft_vllm_config(speculative: Any, target: Any) -> Any:
