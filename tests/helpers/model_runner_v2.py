@@ -27,10 +27,6 @@ ORDERS = ("v2", "v1") if why_no_v1_order() is None else ("v2",)
 """The runner orders the installed vLLM lays steps out in (V1's only where it has that runner)."""
 
 
-def has_vllm_sort() -> bool:
-    return v2_order_source() == "vLLM's sort_batch_req_ids"
-
-
 @dataclass(frozen=True)
 class Step:
     threshold: int

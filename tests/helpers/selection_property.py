@@ -301,11 +301,11 @@ def doctor_agrees(every: list[str]) -> list[str]:
     import torch
     from vllm.config import set_current_vllm_config
 
-    from vllm_rocm_aiter_plugin.diagnostics import backend_choice, samples
+    from vllm_rocm_aiter_plugin.diagnostics import backend_choice
     from vllm_rocm_aiter_plugin.env_backend import ENV_VAR, resolve
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
 
-    configs = {flag: samples.tiny_vllm_config(encoder_decoder=flag) for flag in (False, True)}
+    configs = backend_choice.model_configs()
     wrong = []
     for name in every:
         reading = resolve(name)

@@ -78,11 +78,10 @@ def outcomes(
     import torch
     from vllm.config import set_current_vllm_config
 
-    from vllm_rocm_aiter_plugin.diagnostics import samples
     from vllm_rocm_aiter_plugin.env_backend import choose, stock_offer
 
     select = stock_platform.get_attn_backend_cls
-    configs = {flag: samples.tiny_vllm_config(encoder_decoder=flag) for flag in (False, True)}
+    configs = model_configs()
     found = []
     for kind in kinds:
         size = kind.fields.get("head_size", head_size)
@@ -95,6 +94,15 @@ def outcomes(
                 continue
         found.append((kind, choice))
     return found
+
+
+@functools.cache
+def model_configs() -> dict[bool, Any]:
+    """A tiny model's ``VllmConfig``, decoder-only (False) and encoder-decoder (True): built once
+    per process (each build inspects vLLM's model registry), only read by the selection."""
+    from vllm_rocm_aiter_plugin.diagnostics import samples
+
+    return {flag: samples.tiny_vllm_config(encoder_decoder=flag) for flag in (False, True)}
 
 
 def judge(name: str, found: list[tuple[LayerKind, Any]]) -> Verdict:
