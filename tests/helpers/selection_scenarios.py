@@ -147,7 +147,7 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
 
 
 def _import_error(load: Any) -> str | None:
-    """Why ``load()`` raises here (``type: message``), or None. vLLM 0.29-0.33's ROCM_AITER_FA
+    """Why ``load()`` raises here (``type: message``), or None. vLLM 0.29-0.31's ROCM_AITER_FA
     module imports AITER's package on ROCm, whose import needs a ROCm install (``hipconfig``),
     which an emulated machine has not."""
     try:
