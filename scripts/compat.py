@@ -11,6 +11,8 @@ import time
 import docs_tables  # scripts/ is on sys.path when this file runs as a script
 import junit_summary
 
+from vllm_rocm_aiter_plugin.diagnostics import child
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "compat")
 JUNIT_DIR = os.path.join(ROOT, "build", "compat")
@@ -19,12 +21,15 @@ OUTPUTS = ("compat/results.json", "docs/releases.md")
 """What a run writes into the tree."""
 
 PROBE = (
+    "from vllm_rocm_aiter_plugin.diagnostics import child\n"
     "from vllm_rocm_aiter_plugin.diagnostics.probe import probe_stock_split, probe_stock_v2_order\n"
     "import torch, vllm\n"
     "r, v2 = probe_stock_split(), probe_stock_v2_order()\n"
-    "print('@@' + '@@'.join(['yes' if r.affected else 'no', 'yes' if v2.affected else 'no',\n"
-    "                        vllm.__version__, torch.__version__]))\n"
+    "child.report({'affected': 'yes' if r.affected else 'no',\n"
+    "              'drops_context': 'yes' if v2.affected else 'no',\n"
+    "              'installed': vllm.__version__, 'torch': torch.__version__})\n"
 )
+"""What the installed vLLM does, in a fresh process (the commands' child protocol)."""
 
 
 def _counts(junit: str) -> dict[str, int]:
@@ -77,14 +82,10 @@ def run_release(version: str) -> dict[str, object]:
     error = _install(version)
     if error:
         return {**row, "error": error}
-    probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT)
-    marker = [line for line in probe.stdout.splitlines() if line.startswith("@@")]
-    if not marker:
-        return {**row, "error": "vLLM does not import: " + probe.stderr.strip()[-300:]}
-    _, affected, drops_context, installed, torch_version = marker[0].split("@@")
-    row.update(
-        affected=affected, drops_context=drops_context, installed=installed, torch=torch_version
-    )
+    probe = child.run(["-c", PROBE], cwd=ROOT)
+    if probe.result is None:
+        return {**row, "error": "vLLM does not import: " + probe.output.strip()[-300:]}
+    row.update(probe.result)
     junit = _junit(version)
     if os.path.exists(junit):
         os.remove(junit)

@@ -24,9 +24,7 @@ def report(device) -> ForwardReport:
     return result
 
 
-# The same two tests as tests/rocm/test_aiter_forward.py, by design: each tier runs the
-# shared case list with its own expectations (duplicates reports the pair; the checks
-# live in forward_checks.py).
+# tests/rocm/test_aiter_forward.py runs these two tests too, with its own report.
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_forward_case_on_gpu(report, name):
     forward_checks.check_case(report, name)
@@ -36,6 +34,6 @@ def test_forward_case_on_gpu(report, name):
 @pytest.mark.parametrize("name", [c.name for c in graph_replay.REPLAY_CASES])
 def test_graph_replay_on_gpu(report, name, kind):
     """The replay cases on the GPU: a real CUDA graph where AITER's kernels run, else the
-    stand-in (the references cannot be captured)."""
+    stand-in (the references cannot be captured); every request equals its reference."""
     expected = graph_replay.graph_for(torch.device(report.device)).mode
     forward_checks.check_graph_replay(report, name, kind, graph=expected)

@@ -147,15 +147,8 @@ def start(tier: TierRequest) -> child.Started:
     )  # fmt: skip
 
 
-def finish(started: child.Started) -> ForwardReport:
-    done = child.finish(started)
-    if done.result is None:
-        raise RuntimeError(f"the forward child exited {done.returncode}:\n{done.output[-4000:]}")
-    return ForwardReport.from_json(done.result)
-
-
 def run_in_child(tier: TierRequest) -> ForwardReport:
-    return finish(start(tier))
+    return runner.finish(start(tier))
 
 
 COUNTED = ("calls", "bf16_widened_calls", "fp8_cache_calls", "cross_checked_calls",
@@ -217,7 +210,7 @@ def tier_report() -> ForwardReport:
                     mutations=MUTATED_CASES),
     )  # fmt: skip
     started = [start(half) for half in halves]
-    first, second = (finish(s) for s in started)
+    first, second = (runner.finish(s) for s in started)
     if first.unavailable or second.unavailable:
         return first if first.unavailable else second
     return merged(first, second)

@@ -104,13 +104,41 @@ def kinds() -> tuple[list[tuple[str, dict[str, Any], bool, str | None]], list[st
     return usable, missing
 
 
-class _Lines(logging.Handler):
+class PluginLog(logging.Handler):
+    """The plugin's log records from now on, its INFO lines too, whatever vLLM's level."""
+
     def __init__(self) -> None:
+        from vllm_rocm_aiter_plugin.log import LOGGER_NAME
+
         super().__init__()
         self.records: list[logging.LogRecord] = []
+        logging.getLogger(LOGGER_NAME).addHandler(self)
+        logging.getLogger(LOGGER_NAME).setLevel(logging.INFO)
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+    def lines(self) -> list[tuple[str, str]]:
+        return [(r.levelname, r.getMessage()) for r in self.records]
+
+
+def constructs(backend_cls: Any, layer: Any, aiter: bool) -> str | None:
+    """None where ``backend_cls``'s impl constructs for ``layer`` (with AITER's package loaded as
+    on ROCm where the machine has ``aiter``), else why not."""
+    import contextlib
+    import importlib.util
+    from pathlib import Path
+
+    from tests.helpers.aiter_triton import loading
+
+    spec = importlib.util.find_spec("aiter")
+    root = Path(next(iter(spec.submodule_search_locations))) if spec else None
+    try:
+        with loading(root) if aiter and root else contextlib.nullcontext():
+            construct_impl(backend_cls, layer)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def construct_impl(backend_cls: Any, layer: Any) -> None:
@@ -164,9 +192,6 @@ def machine(arch: str, aiter: bool) -> dict[str, Any]:
 
 
 def main(arch: str, aiter: bool) -> dict[str, Any]:
-    import contextlib
-    import importlib.util
-    from pathlib import Path
 
     import torch
     from hypothesis import HealthCheck, given, settings
@@ -176,21 +201,15 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
     from vllm.utils.import_utils import resolve_obj_by_qualname
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from tests.helpers.aiter_triton import loading
     from vllm_rocm_aiter_plugin import env_backend
     from vllm_rocm_aiter_plugin.diagnostics import backend_choice, samples
     from vllm_rocm_aiter_plugin.diagnostics.backend_choice import LayerKind
-    from vllm_rocm_aiter_plugin.log import LOGGER_NAME
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
 
-    lines = _Lines()
-    logging.getLogger(LOGGER_NAME).addHandler(lines)
-    logging.getLogger(LOGGER_NAME).setLevel(logging.INFO)  # its INFO lines, whatever vLLM's level
+    lines = PluginLog()
     from vllm._aiter_ops import is_aiter_found_and_supported
 
     aiter_supported = is_aiter_found_and_supported()
-    aiter_spec = importlib.util.find_spec("aiter")
-    aiter_root = Path(next(iter(aiter_spec.submodule_search_locations))) if aiter_spec else None
     usable, missing = kinds()
     configs: dict[tuple[bool, str], Any] = {}
     capability = RocmPlatform.get_device_capability()
@@ -209,15 +228,8 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
         except Exception as exc:
             return f"raises {type(exc).__name__}"
 
-    def constructs(path: str, layer: Any) -> str | None:
-        """None where the impl of ``path``'s backend constructs for ``layer``, else why not."""
-        loader = loading(aiter_root) if aiter and aiter_root else contextlib.nullcontext()
-        try:
-            with loader:
-                construct_impl(resolve_obj_by_qualname(path), layer)
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
+    def constructs_here(path: str, layer: Any) -> str | None:
+        return constructs(resolve_obj_by_qualname(path), layer, aiter)
 
     import typing
 
@@ -262,9 +274,9 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
             assert not plugin.startswith("raises"), f"plugin {plugin} where stock gives {stock}"
             assert plugin in allowed, f"plugin picks {plugin}; stock allows {sorted(allowed)}"
             got = name_of(plugin)
-            why = constructs(plugin, layer)
+            why = constructs_here(plugin, layer)
             if why is not None:
-                assert plugin == stock or constructs(stock, layer) is not None, (
+                assert plugin == stock or constructs_here(stock, layer) is not None, (
                     f"the plugin's pick {plugin} does not construct ({why}); stock's {stock} does"
                 )
                 counts[f"{got}: does not construct here, nor does stock's pick"] += 1

@@ -6,12 +6,11 @@ plugin logs, whether the pick's impl constructs, and what the doctor says.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import types
 from typing import Any
 
-from tests.helpers.selection_property import construct_impl, name_of
+from tests.helpers.selection_property import PluginLog, constructs, name_of
 
 AITER_BACKENDS = ("ROCM_AITER_UNIFIED_ATTN", "ROCM_AITER_FA")
 AITER_MLA_BACKENDS = ("ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA")
@@ -23,20 +22,8 @@ DRAFT_BACKEND_FIELD = "attention_backend"
 oldest tested releases, where the draft shares the target's attention config)."""
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[tuple[str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.levelname, record.getMessage()))
-
-
 def facts(arch: str, aiter: bool) -> dict[str, Any]:
-    import contextlib
-    import importlib.util
     import typing
-    from pathlib import Path
 
     import torch
     from vllm._aiter_ops import is_aiter_found_and_supported
@@ -46,19 +33,13 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from vllm.v1.attention.selector import get_attn_backend
 
-    from tests.helpers.aiter_triton import loading
     from tests.helpers.doctor_answers import healthy_in_process_checks
     from vllm_rocm_aiter_plugin import env_backend
     from vllm_rocm_aiter_plugin.diagnostics import backend_choice, doctor, samples
     from vllm_rocm_aiter_plugin.diagnostics.backend_choice import KINDS, LayerKind
-    from vllm_rocm_aiter_plugin.log import LOGGER_NAME
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
 
-    handler = _Lines()
-    logging.getLogger(LOGGER_NAME).addHandler(handler)
-    logging.getLogger(LOGGER_NAME).setLevel(logging.INFO)  # its INFO lines, whatever vLLM's level
-    spec = importlib.util.find_spec("aiter")
-    root = Path(next(iter(spec.submodule_search_locations))) if spec else None
+    log = PluginLog()
     capability = RocmPlatform.get_device_capability()
 
     def one(name: str, layer: Any, config: Any) -> dict[str, Any]:
@@ -66,21 +47,16 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
         process makes it, beside stock's automatic pick and valid candidates."""
         os.environ[env_backend.ENV_VAR] = name
         env_backend._said.clear()
-        handler.lines.clear()
+        log.records.clear()
         with set_current_vllm_config(config):
             stock = RocmPlatform.get_attn_backend_cls(None, layer)
             valid, _ = RocmPlatform.get_valid_backends(capability, layer)
             plugin = AiterRocmPlatform.get_attn_backend_cls(None, layer)
-            try:
-                with loading(root) if aiter and root else contextlib.nullcontext():
-                    construct_impl(AttentionBackendEnum[name_of(plugin)].get_class(), layer)
-                constructs = None
-            except Exception as exc:
-                constructs = f"{type(exc).__name__}: {exc}"
+            built = constructs(AttentionBackendEnum[name_of(plugin)].get_class(), layer, aiter)
         return {
             "plugin": name_of(plugin), "stock": name_of(stock),
-            "valid": [backend.name for backend, _ in valid], "constructs": constructs,
-            "lines": list(handler.lines),
+            "valid": [backend.name for backend, _ in valid], "constructs": built,
+            "lines": log.lines(),
         }  # fmt: skip
 
     def layer_of(kind: LayerKind, kv_cache_dtype: str = "auto") -> Any:
@@ -135,13 +111,13 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
     for label, speculative in drafts.items():
         draft = draft_vllm_config(speculative, target)
         env_backend._said.clear()
-        handler.lines.clear()
+        log.records.clear()
         with set_current_vllm_config(draft):
             chosen = get_attn_backend(128, torch.bfloat16, "auto")
         found["draft"][label] = {
             "backend": chosen.get_name(), "path": f"{chosen.__module__}.{chosen.__qualname__}",
             "config_backend": getattr(draft.attention_config.backend, "name", None),
-            "lines": list(handler.lines),
+            "lines": log.lines(),
         }  # fmt: skip
     return found
 

@@ -48,8 +48,8 @@ def test_the_shuffle_write_reference_puts_each_token_where_the_layout_reads_it()
     slots = torch.randperm(blocks * block_size)[:10]
     slots[3] = -1  # padding: skipped
     ones = torch.ones(1)
-    reference_kernels.reshape_and_cache_shuffle(
-        key, value, key_cache, value_cache, slots, "auto", ones, ones
+    reference_kernels.reshape_and_cache_flash(
+        key, value, key_cache, value_cache, slots, "auto", ones, ones, shuffle=True
     )
     keys, values = reference_kernels.unshuffled(
         *reference_kernels.shuffled_views(key_cache, value_cache)
@@ -76,8 +76,8 @@ def _decode_inputs(dtype: torch.dtype, kv_cache_dtype: str, scale: float) -> dic
     )
     key, value = torch.randn(len(slots), heads, d).half(), torch.randn(len(slots), heads, d).half()
     scales = torch.full((1,), scale)
-    reference_kernels.reshape_and_cache_shuffle(
-        key, value, key_cache, value_cache, slots, kv_cache_dtype, scales, scales
+    reference_kernels.reshape_and_cache_flash(
+        key, value, key_cache, value_cache, slots, kv_cache_dtype, scales, scales, shuffle=True
     )
     k5, v5 = reference_kernels.shuffled_views(key_cache, value_cache)
     return dict(

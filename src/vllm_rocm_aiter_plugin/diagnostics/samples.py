@@ -207,8 +207,12 @@ def make_batch(
     num_padding_tokens: int = 0,
     max_query_len: int | None = None,
     block_size: int = BLOCK_SIZE,
+    block_table: torch.Tensor | None = None,
+    causal: bool = True,
 ) -> CommonAttentionMetadata:
-    """A real ``CommonAttentionMetadata`` for requests with the given query and sequence lengths."""
+    """A real ``CommonAttentionMetadata`` for requests with the given query and sequence lengths:
+    each request's new tokens in the slots of its ``block_table`` row (by default, consecutive
+    blocks), padding tokens with slot -1."""
     import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
@@ -220,22 +224,13 @@ def make_batch(
         torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0, out=query_start_loc[1:])
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
     num_tokens = int(query_start_loc[-1]) + num_padding_tokens
-
-    max_blocks = max([-(-s // block_size) for s in seq_lens] + [1])
-    block_table = torch.arange(num_reqs * max_blocks, dtype=torch.int32).reshape(
-        num_reqs, max_blocks
-    )
-    slots = []
-    for row, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True)):
-        positions = torch.arange(s - q, s)
-        slots.append(
-            block_table[row, positions // block_size].long() * block_size + positions % block_size
-        )
+    if block_table is None:
+        width = max([-(-s // block_size) for s in seq_lens] + [1])
+        block_table = torch.arange(num_reqs * width, dtype=torch.int32).reshape(num_reqs, width)
     slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64)
-    if slots:
-        real = torch.cat(slots)
-        slot_mapping[: real.shape[0]] = real
-
+    for row, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        start = int(query_start_loc[row])
+        slot_mapping[start : start + q] = slots_of(block_table[row], block_size, s - q, s)
     kwargs: dict[str, Any] = dict(
         query_start_loc=query_start_loc.to(device),
         query_start_loc_cpu=query_start_loc,
@@ -254,7 +249,20 @@ def make_batch(
             if upper_bound_slack is not None:
                 upper_bound += torch.tensor(upper_bound_slack, dtype=torch.int32)
         kwargs["seq_lens_cpu_upper_bound"] = upper_bound
+    if not causal:
+        if "causal" not in {f.name for f in dataclasses.fields(CommonAttentionMetadata)}:
+            raise NotImplementedError("this vLLM's CommonAttentionMetadata has no causal field")
+        kwargs["causal"] = False
     return CommonAttentionMetadata(**kwargs)
+
+
+def slots_of(row: torch.Tensor, block_size: int, start: int, end: int) -> torch.Tensor:
+    """The KV-cache slots of positions ``start`` to ``end`` of the request whose block-table row
+    is ``row``."""
+    import torch
+
+    positions = torch.arange(start, end)
+    return row[positions // block_size].long() * block_size + positions % block_size
 
 
 def eagle_decode_batch(

@@ -167,7 +167,7 @@ def lay_out(
 ) -> StepTensors:
     """The real ``CommonAttentionMetadata`` for ``requests`` in this order (blocks drawn at random
     from one pool, so a wrong block-table row cannot go unnoticed) and random q/k/v values."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm_rocm_aiter_plugin.diagnostics.samples import make_batch, slots_of
 
     generator = torch.Generator().manual_seed(seed)
     dtype = getattr(torch, case.dtype)
@@ -177,58 +177,29 @@ def lay_out(
     blocks_per_req = [-(-s // bs) for s in seq_lens]
     num_blocks = max(sum(blocks_per_req), 1)
     pool = torch.randperm(num_blocks, generator=generator).tolist()
-    width = max([*blocks_per_req, 1])
-    table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    table = torch.zeros(len(seq_lens), max([*blocks_per_req, 1]), dtype=torch.int32)
     taken = 0
     for row, count in enumerate(blocks_per_req):
         table[row, :count] = torch.tensor(pool[taken : taken + count], dtype=torch.int32)
         taken += count
-
-    def slots(row: int, start: int, end: int) -> torch.Tensor:
-        positions = torch.arange(start, end)
-        return table[row, positions // bs].long() * bs + positions % bs
-
-    total = sum(query_lens)
-    num_tokens = total + case.num_padding_tokens
-    slot_mapping = torch.full((num_tokens,), -1, dtype=torch.int64)
+    batch = make_batch(
+        query_lens, seq_lens, device=device, with_upper_bound=case.with_upper_bound,
+        num_padding_tokens=case.num_padding_tokens, max_query_len=case.max_query_len,
+        block_size=bs, block_table=table, causal=case.causal,
+    )  # fmt: skip
     context_slots, context_rows, token_rows = [], [], []
     token, ctx_token = 0, 0
     for row, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True)):
-        slot_mapping[token : token + q] = slots(row, s - q, s)
         token_rows.append(slice(token, token + q))
-        context_slots.append(slots(row, 0, s - q))
+        context_slots.append(slots_of(table[row], bs, 0, s - q))
         context_rows.append(slice(ctx_token, ctx_token + s - q))
         token += q
         ctx_token += s - q
-    offsets = torch.zeros(len(query_lens) + 1, dtype=torch.int32)
-    offsets[1:] = torch.cumsum(torch.tensor(query_lens, dtype=torch.int32), 0)
-    seq = torch.tensor(seq_lens, dtype=torch.int32)
-
-    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    extra: dict[str, Any] = {}
-    if "seq_lens_cpu_upper_bound" in fields and case.with_upper_bound:
-        extra["seq_lens_cpu_upper_bound"] = seq.clone()
-    if not case.causal:
-        if "causal" not in fields:
-            raise NotImplementedError("this vLLM's CommonAttentionMetadata has no causal field")
-        extra["causal"] = False
-    batch = CommonAttentionMetadata(
-        query_start_loc=offsets.to(device),
-        query_start_loc_cpu=offsets,
-        seq_lens=seq.to(device),
-        num_reqs=len(query_lens),
-        num_actual_tokens=num_tokens,
-        max_query_len=case.max_query_len or max(query_lens, default=0),
-        max_seq_len=max(seq_lens, default=0),
-        block_table_tensor=table.to(device),
-        slot_mapping=slot_mapping.to(device),
-        **extra,
-    )
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator).to(dtype).to(device)
 
-    num_context = ctx_token
+    num_context, num_tokens = ctx_token, batch.num_actual_tokens
     hk, h, d = case.num_kv_heads, case.num_heads, case.head_size
     return StepTensors(
         requests=list(requests),

@@ -72,11 +72,6 @@ def _rocm_block_namespace() -> dict[str, Any]:
     return namespace
 
 
-def vllm_gather_kernel() -> tuple[Callable[..., Any] | None, str]:
-    """vLLM's ``cp_mha_gather_cache`` (:func:`vllm_rocm_kernel`)."""
-    return vllm_rocm_kernel(GATHER_NAME)
-
-
 def _imports_aiter(node: ast.stmt) -> bool:
     if isinstance(node, ast.ImportFrom):
         return (node.module or "").split(".")[0] == "aiter"
@@ -201,18 +196,18 @@ class ShuffleWrite:
         if self.budget is not None and count > self.budget:
             count = self.budget  # the kernel on the first tokens, the reference on all
             self.budgeted_calls += 1
-            whole = [key_cache.clone(), value_cache.clone()]
-            reference_kernels.reshape_and_cache_shuffle(
-                key, value, whole[0], whole[1], slot_mapping, kv_cache_dtype, k_scales, v_scales
+            whole = (key_cache.clone(), value_cache.clone())
+            reference_kernels.reshape_and_cache_flash(
+                key, value, *whole, slot_mapping, kv_cache_dtype, k_scales, v_scales, shuffle=True
             )
             self(key[:count], value[:count], key_cache, value_cache, slot_mapping[:count],
                  kv_cache_dtype, k_scales, v_scales)  # fmt: skip
             key_cache.copy_(whole[0])
             value_cache.copy_(whole[1])
             return
-        expected = [key_cache.clone(), value_cache.clone()]
-        reference_kernels.reshape_and_cache_shuffle(
-            key, value, expected[0], expected[1], slot_mapping, kv_cache_dtype, k_scales, v_scales
+        expected = (key_cache.clone(), value_cache.clone())
+        reference_kernels.reshape_and_cache_flash(
+            key, value, *expected, slot_mapping, kv_cache_dtype, k_scales, v_scales, shuffle=True
         )
         self.kernel_calls += 1
         written = [key_cache.clone(), value_cache.clone()]

@@ -266,12 +266,30 @@ def paged_attention_v1(
     _check(max(lengths, default=0) <= max_context_len, f"max_context_len {max_context_len} short")
     starts = cu_query_lens.tolist() if cu_query_lens is not None else list(range(num_seqs))
     _check(len(starts) == num_seqs, f"{len(starts)} query offsets for {num_seqs} sequences")
+    window = (sliding_window - 1 if sliding_window > 0 else -1, 0)
+    _decode(out, query, starts, (key_cache, value_cache), block_tables, lengths, (k_scale, v_scale),
+            scale, window)  # fmt: skip
+
+
+def _decode(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    starts: list[int],
+    caches: tuple[torch.Tensor, torch.Tensor],
+    block_tables: torch.Tensor,
+    lengths: list[int],
+    scales: tuple[torch.Tensor | float, torch.Tensor | float],
+    scale: float,
+    window: tuple[int, int] = (-1, -1),
+) -> None:
+    """Query token ``starts[b]`` against the first ``lengths[b]`` tokens of its sequence in the
+    ``[blocks, block_size, kv_heads, d]`` caches, causally; a sequence without a query token of
+    its own (padding) or without keys is left alone."""
     for b, (start, length) in enumerate(zip(starts, lengths, strict=True)):
         if start >= query.shape[0] or length == 0:
-            continue  # a padded sequence: no query token of its own
-        k = dequantise(_paged_keys(key_cache, block_tables[b], length), k_scale)
-        v = dequantise(_paged_keys(value_cache, block_tables[b], length), v_scale)
-        window = (sliding_window - 1 if sliding_window > 0 else -1, 0)
+            continue
+        k, v = (dequantise(_paged_keys(c, block_tables[b], length), s)
+                for c, s in zip(caches, scales, strict=True))  # fmt: skip
         o, _ = attend(query[start : start + 1], k, v, scale, True, window)
         out[start : start + 1] = o.to(out.dtype)
 
@@ -381,10 +399,14 @@ def reshape_and_cache_flash(
     kv_cache_dtype: str,
     k_scale: torch.Tensor,
     v_scale: torch.Tensor,
+    shuffle: bool = False,
 ) -> None:
     """vLLM's ``_C_cache_ops.reshape_and_cache_flash``: token ``i`` to slot ``slot_mapping[i]`` of a
     ``[blocks, block_size, kv_heads, d]`` cache (negative slots, padding, skipped), an fp8 cache
-    written as :func:`quantise` (``_custom_ops.reshape_and_cache_flash``; ``PAD_SLOT_ID``)."""
+    written as :func:`quantise` (``_custom_ops.reshape_and_cache_flash``; ``PAD_SLOT_ID``). With
+    ``shuffle``, vLLM's ``reshape_and_cache_shuffle_triton``: the same slots in the shuffle layout
+    (:func:`shuffled_views`), an fp8 cache divided in float32 and rounded to nearest even as the GPU
+    does (the interpreter does not: ``harness.ShuffleWrite``)."""
     _cache_dtype_matches(kv_cache_dtype, key_cache)
     _cache_dtype_matches(kv_cache_dtype, value_cache)
     _check(slot_mapping.dim() == 1, "slot_mapping must be 1-D")
@@ -395,13 +417,23 @@ def reshape_and_cache_flash(
     valid = slots >= 0
     block_size = key_cache.shape[1]
     _check(bool((slots[valid] < key_cache.shape[0] * block_size).all()), "slot past the cache")
-    blocks, offsets = slots[valid] // block_size, slots[valid] % block_size
-    for new, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
-        rows = new[:n][valid]
-        if kv_cache_dtype == "auto":
-            cache[blocks, offsets] = rows.to(cache.dtype)
+    b, o = (slots[valid] // block_size)[:, None, None], (slots[valid] % block_size)[:, None, None]
+    h = torch.arange(key.shape[1], device=key.device)[None, :, None]
+    dims = torch.arange(key.shape[-1], device=key.device)
+    views = shuffled_views(key_cache, value_cache) if shuffle else (key_cache, value_cache)
+    for side, new, cache, scale in zip("kv", (key, value), views, (k_scale, v_scale), strict=True):
+        rows = new[:n][valid]  # [tokens, kv_heads, d]
+        if kv_cache_dtype != "auto":
+            rows = quantise(rows, cache.dtype, float(scale.reshape(-1)[0]), shuffle)
+        rows = rows.to(cache.dtype)
+        if not shuffle:
+            cache[b, o, h, dims] = rows
+        elif side == "k":
+            x = cache.shape[-1]
+            cache[b, h, dims // x, o, dims % x] = rows
         else:
-            cache[blocks, offsets] = quantise(rows, cache.dtype, float(scale.reshape(-1)[0]))
+            x = cache.shape[-1]
+            cache[b, h, o // x, dims, o % x] = rows
 
 
 def cp_mha_gather_cache(
@@ -491,47 +523,6 @@ def unshuffled(k5: torch.Tensor, v5: torch.Tensor) -> tuple[torch.Tensor, torch.
     return keys, values
 
 
-# The same parameters as reshape_and_cache_flash above: both stand for vLLM ops whose signatures
-# the references keep (duplicates reports the pair; the bodies differ).
-def reshape_and_cache_shuffle(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    kv_cache_dtype: str,
-    k_scales: torch.Tensor,
-    v_scales: torch.Tensor,
-) -> None:
-    """vLLM's ``reshape_and_cache_shuffle_triton``: token ``i`` to slot ``slot_mapping[i]`` in the
-    shuffle layout (:func:`shuffled_views`); an fp8 cache gets ``(float32(x) / scale).to(fp8)``,
-    rounded to nearest even as the GPU does (the interpreter does not: ``harness.ShuffleWrite``)."""
-    _cache_dtype_matches(kv_cache_dtype, key_cache)
-    _cache_dtype_matches(kv_cache_dtype, value_cache)
-    k5, v5 = shuffled_views(key_cache, value_cache)
-    block_size = key_cache.shape[1]
-    x = k5.shape[-1]
-    n = slot_mapping.shape[0]
-    slots = slot_mapping.long()
-    valid = slots >= 0
-    _check(bool((slots[valid] < key_cache.shape[0] * block_size).all()), "slot past the cache")
-    blocks, offsets = slots[valid] // block_size, slots[valid] % block_size
-    d = key.shape[-1]
-    dims = torch.arange(d, device=key.device)
-    for new, cache, scale, side in ((key, k5, k_scales, "k"), (value, v5, v_scales, "v")):
-        rows = new[:n][valid]  # [tokens, kv_heads, d]
-        if kv_cache_dtype != "auto":
-            rows = quantise(rows, cache.dtype, float(scale.reshape(-1)[0]), float32_division=True)
-        rows = rows.to(cache.dtype)
-        b = blocks[:, None, None]
-        h = torch.arange(rows.shape[1], device=key.device)[None, :, None]
-        o = offsets[:, None, None]
-        if side == "k":
-            cache[b, h, dims // x, o, dims % x] = rows
-        else:
-            cache[b, h, o // x, dims, o % x] = rows
-
-
 def paged_attention_common(
     Q: torch.Tensor,
     K: torch.Tensor,
@@ -595,13 +586,8 @@ def paged_attention_common(
     lengths = context_lens.tolist()
     _check(max(lengths, default=0) <= max_seq_len, f"max_seq_len {max_seq_len} short")
     out = out_ if out_ is not None else torch.empty_like(Q)
-    for b, length in enumerate(lengths):
-        if length == 0:
-            continue
-        k = dequantise(_paged_keys(keys, block_tables[b], length), scales[0])
-        v = dequantise(_paged_keys(values, block_tables[b], length), scales[1])
-        o, _ = attend(Q[b : b + 1], k, v, scale, True)
-        out[b : b + 1] = o.to(out.dtype)
+    _decode(out, Q, list(range(num_seqs)), (keys, values), block_tables, lengths,
+            (scales[0], scales[1]), scale)  # fmt: skip
     return out
 
 

@@ -68,7 +68,7 @@ class Runner:
     """One per process: a tiny model directory per backend run, the gather, the references."""
 
     def __init__(self, device: torch.device, kernel_budget: int | None):
-        kernel, origin = harness.vllm_gather_kernel()
+        kernel, origin = harness.vllm_rocm_kernel(harness.GATHER_NAME)
         self.device = device
         self.gather = harness.Gather(kernel, kernel_budget)
         self.gather_origin = origin

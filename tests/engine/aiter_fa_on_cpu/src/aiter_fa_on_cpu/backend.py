@@ -37,7 +37,7 @@ def runnable() -> type:
 
     unified_attention = aiter_or_reference(device, aiter_kernel=True, budget=AITER_CALLS)
     _process_lifetime.enter_context(reference_kernels.installed(unified_attention))
-    kernel, _ = harness.vllm_gather_kernel()
+    kernel, _ = harness.vllm_rocm_kernel(harness.GATHER_NAME)
     gather = harness.Gather(kernel, GATHER_BUDGET)
     _state.update(backend=backend.__module__, unified_attention=unified_attention, gather=gather)
     runnable_backend = harness.runnable_backend(backend, gather)
