@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.machinery
-import importlib.util
 import itertools
 import sys
 import types
@@ -631,13 +630,9 @@ def aiter_available() -> bool:
     """Whether the real ``aiter`` imports: on ROCm only."""
     from vllm.platforms import current_platform
 
-    if not current_platform.is_rocm() or importlib.util.find_spec("aiter") is None:
-        return False
-    try:
-        import aiter  # noqa: F401
-    except Exception:  # aiter raises all sorts of errors off-ROCm
-        return False
-    return True
+    from vllm_rocm_aiter_plugin.diagnostics.hardware import probe_aiter
+
+    return current_platform.is_rocm() and probe_aiter().importable
 
 
 @contextlib.contextmanager
