@@ -8,6 +8,7 @@ import logging
 import os
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from tests.helpers.depth import examples as depth
@@ -122,9 +123,10 @@ class PluginLog(logging.Handler):
         return [(r.levelname, r.getMessage()) for r in self.records]
 
 
-def constructs(backend_cls: Any, layer: Any, aiter: bool) -> str | None:
-    """None where ``backend_cls``'s impl constructs for ``layer`` (with AITER's package loaded as
-    on ROCm where the machine has ``aiter``), else why not."""
+def constructs(load_backend: Callable[[], Any], layer: Any, aiter: bool) -> str | None:
+    """None where the impl of the backend class ``load_backend()`` returns constructs for ``layer``
+    (loading and constructing with AITER's package as on ROCm where the machine has ``aiter``),
+    else why not."""
     import contextlib
     import importlib.util
     from pathlib import Path
@@ -135,7 +137,7 @@ def constructs(backend_cls: Any, layer: Any, aiter: bool) -> str | None:
     root = Path(next(iter(spec.submodule_search_locations))) if spec else None
     try:
         with loading(root) if aiter and root else contextlib.nullcontext():
-            construct_impl(backend_cls, layer)
+            construct_impl(load_backend(), layer)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
@@ -229,7 +231,7 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
             return f"raises {type(exc).__name__}"
 
     def constructs_here(path: str, layer: Any) -> str | None:
-        return constructs(resolve_obj_by_qualname(path), layer, aiter)
+        return constructs(lambda: resolve_obj_by_qualname(path), layer, aiter)
 
     import typing
 

@@ -52,7 +52,9 @@ def facts(arch: str, aiter: bool) -> dict[str, Any]:
             stock = RocmPlatform.get_attn_backend_cls(None, layer)
             valid, _ = RocmPlatform.get_valid_backends(capability, layer)
             plugin = AiterRocmPlatform.get_attn_backend_cls(None, layer)
-            built = constructs(AttentionBackendEnum[name_of(plugin)].get_class(), layer, aiter)
+            built = constructs(
+                lambda: AttentionBackendEnum[name_of(plugin)].get_class(), layer, aiter
+            )
         return {
             "plugin": name_of(plugin), "stock": name_of(stock),
             "valid": [backend.name for backend, _ in valid], "constructs": built,
