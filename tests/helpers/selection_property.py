@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.helpers.depth import examples as depth
@@ -123,18 +126,22 @@ class PluginLog(logging.Handler):
         return [(r.levelname, r.getMessage()) for r in self.records]
 
 
+@functools.cache
+def _aiter_root() -> Path | None:
+    """Where the installed ``aiter`` package lives (looked up once per process), or None."""
+    spec = importlib.util.find_spec("aiter")
+    return Path(next(iter(spec.submodule_search_locations))) if spec else None
+
+
 def constructs(load_backend: Callable[[], Any], layer: Any, aiter: bool) -> str | None:
     """None where the impl of the backend class ``load_backend()`` returns constructs for ``layer``
     (loading and constructing with AITER's package as on ROCm where the machine has ``aiter``),
     else why not."""
     import contextlib
-    import importlib.util
-    from pathlib import Path
 
     from tests.helpers.aiter_triton import loading
 
-    spec = importlib.util.find_spec("aiter")
-    root = Path(next(iter(spec.submodule_search_locations))) if spec else None
+    root = _aiter_root()
     try:
         with loading(root) if aiter and root else contextlib.nullcontext():
             construct_impl(load_backend(), layer)
@@ -194,7 +201,6 @@ def machine(arch: str, aiter: bool) -> dict[str, Any]:
 
 
 def main(arch: str, aiter: bool) -> dict[str, Any]:
-
     import torch
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
