@@ -95,11 +95,7 @@ def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> d
 
 def forward_sample(workload: Workload, steps: list[dict[str, Any]], count: int) -> list[Any]:
     """Up to ``count`` mixed steps (at most ``FORWARD_MAX_TOKENS`` scheduled tokens), spread
-    evenly over the trace, run through vLLM's real forward (the forward tier's runner): in V2
-    order with stock's backend and the plugin's, in V1 order with stock's for its chunk count."""
-    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
-    from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardRequest
-
+    evenly over the trace, as forward cases in V2 order."""
     eligible = [
         i
         for i, step in enumerate(steps)
@@ -107,13 +103,22 @@ def forward_sample(workload: Workload, steps: list[dict[str, Any]], count: int) 
         and sum(step["num_tokens"].values()) <= FORWARD_MAX_TOKENS
     ]
     picked = [eligible[round(k * len(eligible) / count)] for k in range(min(count, len(eligible)))]
-    cases = [
+    return [
         from_scheduler_step(f"{workload.name}-{i}", steps[i], "v2", num_heads=1, num_kv_heads=1)
         for i in picked
     ]
-    if not cases:
-        return []
-    return runner.run_in_child(ForwardRequest(cases), timeout=7200).cases
+
+
+def run_forward(sampled: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Every workload's sampled steps through vLLM's real forward (the forward tier's runner, one
+    fresh process): in V2 order with stock's backend and the plugin's, in V1 order with stock's
+    for its chunk count. The results by workload."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+    from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardRequest
+
+    cases = [case for workload in sampled.values() for case in workload]
+    ran = iter(runner.run_in_child(ForwardRequest(cases), timeout=7200).cases if cases else [])
+    return {name: [next(ran) for _ in workload] for name, workload in sampled.items()}
 
 
 def forward_view(cases: list[Any]) -> dict[str, Any]:
@@ -206,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     model_dir = samples.write_tiny_llama()
     rows = []
+    sampled: dict[str, list[Any]] = {}
     for workload in WORKLOADS:
         if args.workloads and workload.name not in args.workloads:
             continue
@@ -221,10 +227,13 @@ def main(argv: list[str] | None = None) -> int:
             PluginAiterFlashAttentionMetadataBuilder(spec, [layer], config, torch.device("cpu")),
         )
         steps = steps_of(workload, config, args.seed)
-        row = analyse(workload, steps, builders)
+        rows.append(analyse(workload, steps, builders))
         if args.forward_steps:
-            row.update(forward_view(forward_sample(workload, steps, args.forward_steps)))
-        rows.append(row)
+            sampled[workload.name] = forward_sample(workload, steps, args.forward_steps)
+    if args.forward_steps:
+        for row, cases in zip(rows, run_forward(sampled).values(), strict=True):
+            row.update(forward_view(cases))
+    for row in rows:
         print(json.dumps(row), flush=True)
     info = {
         "vllm": vllm.__version__,

@@ -82,6 +82,16 @@ class AiterUnifiedAttention(UnifiedAttention):
         self.checks.append({"dtype": str(q.dtype).removeprefix("torch."), "error": error,
                             "agrees": agrees, "seqs": len(kwargs["seqused_k"])})  # fmt: skip
 
+    @contextlib.contextmanager
+    def reference_alone(self) -> Iterator[None]:
+        """The calls in the block run the torch reference alone: a control that judges the
+        metadata, not the kernel."""
+        budget, self.budget = self.budget, len(self.checks)
+        try:
+            yield
+        finally:
+            self.budget = budget
+
     def to_json(self) -> dict[str, Any]:
         largest: dict[str, float] = {}
         for check in self.checks:
