@@ -333,9 +333,6 @@ def demo(session: nox.Session) -> None:
 XDIST = ["-n", "2", "--dist", "loadfile"]
 """Two workers (the machines' cores), a test file to one worker: the tests that share a run (the
 forward tier's child, a commands module's runs) are in one file."""
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-"""torch's threads per process under ``XDIST``: the two workers and the vLLM processes they start
-share the two cores, so each computes on one thread instead of oversubscribing them."""
 
 
 def _pytest(session: nox.Session, record: str, *args: str) -> None:
@@ -344,7 +341,7 @@ def _pytest(session: nox.Session, record: str, *args: str) -> None:
     junit = os.path.join(session.create_tmp(), f"{record}.xml")
     os.makedirs("build", exist_ok=True)
     session.run("pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *args,
-                success_codes=[0, 1], env=ONE_THREAD)  # fmt: skip
+                success_codes=[0, 1])  # fmt: skip
     session.run("python", "scripts/junit_summary.py", junit, f"build/{record}.xml")
 
 
@@ -378,7 +375,7 @@ def quick(session: nox.Session) -> None:
     newest release."""
     install_stack(session, releases.NEWEST, "requirements/typecheck.txt")
     session.run("pytest", "-p", "no:cacheprovider", *XDIST, "tests/unit", "tests/project",
-                "-m", "unit or novllm", *session.posargs, env=ONE_THREAD)  # fmt: skip
+                "-m", "unit or novllm", *session.posargs)  # fmt: skip
 
 
 @nox.session
@@ -389,7 +386,7 @@ def deep(session: nox.Session) -> None:
     session.run("pytest", "-p", "no:cacheprovider", *XDIST, "tests/unit",
                 "tests/commands/test_backend_selection.py",
                 "tests/forward/test_aiter_cross_check.py", *session.posargs,
-                env={**ONE_THREAD, "VLLM_ROCM_AITER_PLUGIN_DEEP": "1"})  # fmt: skip
+                env={"VLLM_ROCM_AITER_PLUGIN_DEEP": "1"})  # fmt: skip
 
 
 ENGINE_RELEASES = ("0.23.0", "0.32.0", "0.34.0")
