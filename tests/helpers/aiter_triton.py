@@ -165,6 +165,14 @@ def _distribution() -> str:
         return names[0]
 
 
+def aiter_root() -> Path | None:
+    """Where the installed ``aiter`` package lives (found, not imported), or None."""
+    spec = importlib.util.find_spec("aiter")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def load_unified_attention(
     budget: int | None = None,
 ) -> tuple[AiterUnifiedAttention | None, str]:
@@ -172,10 +180,9 @@ def load_unified_attention(
     calls, None: all), or None and why not."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return None, "AITER's Triton kernels run on CPU only under TRITON_INTERPRET=1"
-    spec = importlib.util.find_spec("aiter")
-    if spec is None or not spec.submodule_search_locations:
+    root = aiter_root()
+    if root is None:
         return None, "no aiter package is installed (the amd-aiter wheel)"
-    root = Path(next(iter(spec.submodule_search_locations)))
     if not root.joinpath("ops", "triton", "unified_attention.py").is_file():
         return None, f"the aiter package at {root} has no ops/triton/unified_attention.py"
     try:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 import os
 import traceback
@@ -128,9 +127,10 @@ class PluginLog(logging.Handler):
 
 @functools.cache
 def _aiter_root() -> Path | None:
-    """Where the installed ``aiter`` package lives (looked up once per process), or None."""
-    spec = importlib.util.find_spec("aiter")
-    return Path(next(iter(spec.submodule_search_locations))) if spec else None
+    """``aiter_triton.aiter_root``, looked up once per process (every draw constructs)."""
+    from tests.helpers.aiter_triton import aiter_root
+
+    return aiter_root()
 
 
 def constructs(load_backend: Callable[[], Any], layer: Any, aiter: bool) -> str | None:

@@ -7,14 +7,13 @@ lacks it)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 
 from tests.helpers import environment
+from tests.helpers.aiter_triton import aiter_root
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
 
 STANDS_FOR = {
@@ -60,9 +59,9 @@ def miscitations(docstring: str, lacking: set[str], pinned: str) -> list[str]:
 def pinned_parameters(relative: str, function: str) -> set[str]:
     """The parameters of ``function`` in the installed ``aiter`` package's file, read from its
     source (``aiter`` itself does not import off ROCm)."""
-    spec = importlib.util.find_spec("aiter")
-    assert spec is not None and spec.submodule_search_locations
-    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    root = aiter_root()
+    assert root is not None
+    path = root / relative
     tree = ast.parse(path.read_text())
     (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
     arguments = node.args
