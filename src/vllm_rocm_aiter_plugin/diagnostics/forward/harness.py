@@ -9,6 +9,7 @@ subclass whose methods are copies with private globals (:mod:`..rebind`).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
 import math
@@ -78,6 +79,12 @@ def _imports_aiter(node: ast.stmt) -> bool:
     if isinstance(node, ast.Import):
         return any(alias.name.split(".")[0] == "aiter" for alias in node.names)
     return False
+
+
+def counters(wrapper: Gather | Merge | ShuffleWrite) -> dict[str, int]:
+    """What a kernel's wrapper counted (its ``int`` fields): the report's record of what ran."""
+    fields = dataclasses.fields(wrapper)
+    return {f.name: getattr(wrapper, f.name) for f in fields if f.type == "int"}
 
 
 @dataclass

@@ -296,24 +296,10 @@ class Runner:
             if self.unified_attention is not None
             else {"kernel": "AITER's (ROCm)", "aiter": True, "calls": None}
         )
-        report.gather_calls = {
-            "kernel": self.gather.kernel_calls,
-            "reference": self.gather.reference_calls,
-            "kernel_checked_tokens": self.gather.checked_tokens,
-        }
+        report.gather_calls = harness.counters(self.gather)
         if self.merge is not None:
-            report.merge_calls = {
-                "kernel": self.merge.kernel_calls,
-                "budgeted": self.merge.budgeted_calls,
-                "kernel_checked_tokens": self.merge.checked_tokens,
-            }
-        report.shuffle_write_calls = {
-            "kernel": self.shuffle_write.kernel_calls,
-            "reference": self.shuffle_write.reference_calls,
-            "budgeted": self.shuffle_write.budgeted_calls,
-            "interpreter_carry_losses": self.shuffle_write.interpreter_carry_losses,
-            "interpreter_rounding_steps": self.shuffle_write.interpreter_rounding_steps,
-        }
+            report.merge_calls = harness.counters(self.merge)
+        report.shuffle_write_calls = harness.counters(self.shuffle_write)
 
 
 def own_build_ran(group: Any) -> bool | None:
