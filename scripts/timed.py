@@ -82,6 +82,7 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip() + "\nNAME: " + ", ".join(TIMINGS), file=sys.stderr)
         return 2
     name, command = argv[0], argv[2:]
+    measured = commit(ROOT)  # the tree as the command found it, not as it is when it ends
     start = time.monotonic()
     code = subprocess.run(command).returncode
     seconds = round(time.monotonic() - start, 1)
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
             records = [r for r in json.load(f) if r["name"] != name]
     records.append({
         "name": name, "seconds": seconds, "date": datetime.date.today().isoformat(),
-        "machine": machine(), "commit": commit(ROOT), "command": shown(command),
+        "machine": machine(), "commit": measured, "command": shown(command),
     })  # fmt: skip
     records.sort(key=lambda r: list(TIMINGS).index(r["name"]))
     os.makedirs(os.path.dirname(RECORD), exist_ok=True)
