@@ -84,7 +84,7 @@ def _imports_aiter(node: ast.stmt) -> bool:
 def counters(wrapper: Gather | Merge | ShuffleWrite) -> dict[str, int]:
     """What a kernel's wrapper counted (its ``int`` fields): the report's record of what ran."""
     fields = dataclasses.fields(wrapper)
-    return {f.name: getattr(wrapper, f.name) for f in fields if f.type == "int"}
+    return {f.name: getattr(wrapper, f.name) for f in fields if f.type in ("int", int)}
 
 
 @dataclass
