@@ -49,14 +49,16 @@ def test_demo_shows_the_three_bugs_and_whether_the_fix_is_active():
     affected = vllm_releases.installed_is_affected()
     assert ("raises AssertionError" in eagle) is affected
     assert ("Bug 1 does not apply to this vLLM" in eagle) is not affected
-    assert ("the plugin                     decodes 4, extends 0, prefills 0" in eagle) is active
+    assert (
+        "the plugin                     decodes/extends/prefills = (4, 0, 0)" in eagle
+    ) is active
 
     v2 = _section(out, "2. Cached context ignored.")
     drops = vllm_releases.installed_drops_context_in_v2_order()
     assert ("ignores 8192 cached tokens" in v2) is drops
-    stock_counts = "vLLM's builder                 decodes 1, extends 0, prefills 2"
+    stock_counts = "vLLM's builder                 decodes/extends/prefills = (1, 0, 2)"
     assert (stock_counts in v2) is drops
-    plugin_counts = "the plugin                     decodes 1, extends 2, prefills 0"
+    plugin_counts = "the plugin                     decodes/extends/prefills = (1, 2, 0)"
     assert (plugin_counts in v2) is active
     rows = _rows(out[out.index("   Attention output") :].split("\n\n")[0])
     assert set(rows) == {"decode", "new-prompt", "continuation"}

@@ -11,23 +11,6 @@ if TYPE_CHECKING:
     from vllm_rocm_aiter_plugin.diagnostics.forward.report import CaseResult
 
 
-def _counts(meta: Any) -> str:
-    return (
-        f"decodes {meta.num_decodes}, extends {meta.num_extends}, prefills {meta.num_prefills} "
-        f"(decode tokens {meta.num_decode_tokens}, extend tokens {meta.num_extend_tokens})"
-    )
-
-
-def _build(builder_cls: type, config: Any, batch: Any) -> tuple[Any, str]:
-    from vllm_rocm_aiter_plugin.diagnostics.probe import build_with
-
-    try:
-        meta = build_with(builder_cls, config, batch)
-    except Exception as exc:
-        return None, f"raises {type(exc).__name__}: {exc}".rstrip(": ")
-    return meta, _counts(meta)
-
-
 def run(out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     with vllm_log.held_back() as held:
         code, verdict = _report(out)
@@ -46,8 +29,10 @@ def _report(out: TextIO) -> tuple[int, str]:
     import vllm
     from vllm.plugins import load_general_plugins
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
     from vllm_rocm_aiter_plugin import __version__, policy, releases
+    from vllm_rocm_aiter_plugin.diagnostics.probe import check_builder_behaviour
 
     tested = f"{releases.OLDEST}-{releases.NEWEST}"
     print(
@@ -61,10 +46,11 @@ def _report(out: TextIO) -> tuple[int, str]:
     active = resolved == policy.BACKEND_QUALNAME
     print(f"ROCM_AITER_FA resolves to {resolved} ({'the plugin' if active else 'NOT the plugin'})",
           file=out)  # fmt: skip
-    plugin_builder = backend.get_class().get_builder_cls()
+    stock = check_builder_behaviour(AiterFlashAttentionMetadataBuilder)
+    plugin = check_builder_behaviour(backend.get_class().get_builder_cls())
 
-    eagle_ok = _eagle_crash(out, plugin_builder)
-    v2_ok = _v2_order_builds(out, plugin_builder)
+    eagle_ok = _eagle_crash(out, stock["eagle_pure_decode"], plugin["eagle_pure_decode"])
+    v2_ok = _v2_order_builds(out, stock["v2_order"], plugin["v2_order"])
     forward_ok = _attention_output(out)
     if active and eagle_ok and v2_ok and forward_ok:
         return 0, (
@@ -76,28 +62,22 @@ def _report(out: TextIO) -> tuple[int, str]:
     return 1, "fix NOT working: the plugin failed above (run the doctor)"
 
 
-def _eagle_crash(out: TextIO, plugin_builder: type) -> bool:
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
-
-    from vllm_rocm_aiter_plugin.diagnostics import probe, samples
+def _eagle_crash(out: TextIO, stock: dict[str, Any], plugin: dict[str, Any]) -> bool:
+    """Section 1 from vLLM's own split and both builders' builds (``check_builder_behaviour``)."""
+    from vllm_rocm_aiter_plugin.diagnostics import probe
 
     print("\n1. The EAGLE crash. EAGLE's pure-decode batch as model-runner V2 builds it: 4 requests "
           "x 4 tokens (3 speculative), no seq_lens_cpu_upper_bound", file=out)  # fmt: skip
-    config = samples.tiny_vllm_config(num_speculative_tokens=3)
-    batch = samples.eagle_decode_batch(num_reqs=4, num_speculative_tokens=3)
     split = probe.probe_stock_split()
     _say(out, "vLLM's split", split.detail.removeprefix("stock split "))
-    _say(out, "vLLM's builder", _build(AiterFlashAttentionMetadataBuilder, config, batch)[1])
-    meta, result = _build(plugin_builder, config, batch)
-    _say(out, "the plugin", result)
+    _say(out, "vLLM's builder", stock["detail"])
+    _say(out, "the plugin", plugin["detail"])
     if not split.affected:
         print("  Bug 1 does not apply to this vLLM: its own split builds this batch.", file=out)
-    return meta is not None and meta.num_decodes == batch.num_reqs
+    return bool(plugin["ok"])
 
 
-def _v2_order_builds(out: TextIO, plugin_builder: type) -> bool:
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
-
+def _v2_order_builds(out: TextIO, stock: dict[str, Any], plugin: dict[str, Any]) -> bool:
     from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 
     query, seq = samples.v2_order_lens()
@@ -105,12 +85,9 @@ def _v2_order_builds(out: TextIO, plugin_builder: type) -> bool:
     print(f"\n2. Cached context ignored. A model-runner V2 step in vLLM's own V2 order "
           f"(threshold 1): {steps}", file=out)  # fmt: skip
     _say(out, "vLLM's split", probe.probe_stock_v2_order().detail.removeprefix("stock split "))
-    config = samples.tiny_vllm_config()
-    _say(out, "vLLM's builder", _build(AiterFlashAttentionMetadataBuilder, config,
-                                       samples.v2_order_batch())[1])  # fmt: skip
-    meta, result = _build(plugin_builder, config, samples.v2_order_batch())
-    _say(out, "the plugin", result)
-    return meta is not None
+    _say(out, "vLLM's builder", stock["detail"])
+    _say(out, "the plugin", plugin["detail"])
+    return bool(plugin["ok"])
 
 
 def _attention_output(out: TextIO) -> bool:

@@ -93,7 +93,8 @@ def check_builder_behaviour(builder_cls: type) -> dict[str, dict[str, Any]]:
             try:
                 meta = build_with(builder_cls, config, batch)
             except Exception as exc:
-                results[name] = {"ok": False, "detail": f"raises {type(exc).__name__}: {exc}"}
+                raised = f"raises {type(exc).__name__}: {exc}".rstrip(": ")
+                results[name] = {"ok": False, "detail": raised}
                 continue
             counts = (meta.num_decodes, meta.num_extends, meta.num_prefills)
             covered = sum(counts) == batch.num_reqs
