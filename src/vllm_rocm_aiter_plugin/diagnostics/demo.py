@@ -49,10 +49,9 @@ def _report(out: TextIO) -> tuple[int, str]:
     stock = check_builder_behaviour(AiterFlashAttentionMetadataBuilder)
     plugin = check_builder_behaviour(backend.get_class().get_builder_cls())
 
-    eagle_ok = _eagle_crash(out, stock["eagle_pure_decode"], plugin["eagle_pure_decode"])
-    v2_ok = _v2_order_builds(out, stock["v2_order"], plugin["v2_order"])
+    builds_ok = _builds(out, stock, plugin)
     forward_ok = _attention_output(out)
-    if active and eagle_ok and v2_ok and forward_ok:
+    if active and builds_ok and forward_ok:
         return 0, (
             "fix ACTIVE: ROCM_AITER_FA builds EAGLE pure-decode batches, and every request of "
             "the two steps above gets its true attention output, with no NaN"
@@ -62,32 +61,30 @@ def _report(out: TextIO) -> tuple[int, str]:
     return 1, "fix NOT working: the plugin failed above (run the doctor)"
 
 
-def _eagle_crash(out: TextIO, stock: dict[str, Any], plugin: dict[str, Any]) -> bool:
-    """Section 1 from vLLM's own split and both builders' builds (``check_builder_behaviour``)."""
-    from vllm_rocm_aiter_plugin.diagnostics import probe
-
-    print("\n1. The EAGLE crash. EAGLE's pure-decode batch as model-runner V2 builds it: 4 requests "
-          "x 4 tokens (3 speculative), no seq_lens_cpu_upper_bound", file=out)  # fmt: skip
-    split = probe.probe_stock_split()
-    _say(out, "vLLM's split", split.detail.removeprefix("stock split "))
-    _say(out, "vLLM's builder", stock["detail"])
-    _say(out, "the plugin", plugin["detail"])
-    if not split.affected:
-        print("  Bug 1 does not apply to this vLLM: its own split builds this batch.", file=out)
-    return bool(plugin["ok"])
-
-
-def _v2_order_builds(out: TextIO, stock: dict[str, Any], plugin: dict[str, Any]) -> bool:
+def _builds(out: TextIO, stock: dict[str, Any], plugin: dict[str, Any]) -> bool:
+    """Sections 1 and 2: vLLM's own split, then both builders' builds of the two batches the
+    plugin exists for (``check_builder_behaviour``); whether the plugin's are right."""
     from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 
     query, seq = samples.v2_order_lens()
     steps = ", ".join(f"{q} new + {s - q} cached" for q, s in zip(query, seq, strict=True))
-    print(f"\n2. Cached context ignored. A model-runner V2 step in vLLM's own V2 order "
-          f"(threshold 1): {steps}", file=out)  # fmt: skip
-    _say(out, "vLLM's split", probe.probe_stock_v2_order().detail.removeprefix("stock split "))
-    _say(out, "vLLM's builder", stock["detail"])
-    _say(out, "the plugin", plugin["detail"])
-    return bool(plugin["ok"])
+    sections = (
+        ("eagle_pure_decode", probe.probe_stock_split(),
+         "1. The EAGLE crash. EAGLE's pure-decode batch as model-runner V2 builds it: 4 requests "
+         "x 4 tokens (3 speculative), no seq_lens_cpu_upper_bound",
+         "Bug 1 does not apply to this vLLM: its own split builds this batch."),
+        ("v2_order", probe.probe_stock_v2_order(),
+         "2. Cached context ignored. A model-runner V2 step in vLLM's own V2 order "
+         f"(threshold 1): {steps}", None),
+    )  # fmt: skip
+    for name, split, title, not_applying in sections:
+        print(f"\n{title}", file=out)
+        _say(out, "vLLM's split", split.detail.removeprefix("stock split "))
+        _say(out, "vLLM's builder", stock[name]["detail"])
+        _say(out, "the plugin", plugin[name]["detail"])
+        if not split.affected and not_applying:
+            print(f"  {not_applying}", file=out)
+    return all(plugin[name]["ok"] for name, *_ in sections)
 
 
 def _attention_output(out: TextIO) -> bool:
