@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from hypothesis import strategies as st
 from vllm.v1.attention.backend import CommonAttentionMetadata
 
 from vllm_rocm_aiter_plugin.diagnostics import samples
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import Request, chunk, decode, prompt
-from vllm_rocm_aiter_plugin.diagnostics.model_runner import (  # noqa: F401 (re-exported)
-    attention_group,
-    build_through_v2,
-    v1_order,
-    v2_order,
-    v2_order_source,
-    why_no_v1_order,
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+    Request,
+    chunk,
+    decode,
+    in_order,
+    prompt,
 )
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
 
 needs_v1_order = pytest.mark.skipif(why_no_v1_order() is not None, reason=str(why_no_v1_order()))
 """For tests of V1-ordered steps: skipped, saying why, on a vLLM without the V1 runner."""
@@ -34,40 +32,19 @@ class Step:
     num_padded_reqs: int = 0  # zero-length requests MRV2 appends for CUDA-graph sizes
     upper_bound_slack: tuple[int, ...] = ()
 
-    def v2_ordered(self) -> list[Request]:
-        by_id = {r.req_id: r for r in self.requests}
-        order = v2_order(
-            {r.req_id: r.query_len for r in self.requests},
-            {r.req_id: [0] * r.num_drafts for r in self.requests if r.num_drafts},
-            self.threshold,
-        )
-        return [by_id[i] for i in order]
-
-    def v1_ordered(self) -> list[Request]:
-        """The order the V1 runner gives after vLLM's ``reorder_batch_to_split_decodes_and_prefills``."""
-        by_id = {r.req_id: r for r in self.requests}
-        order = v1_order(
-            {r.req_id: r.query_len for r in self.requests},
-            {r.req_id: r.context_len for r in self.requests},
-            {r.req_id: r.prompt_tokens for r in self.requests},
-            self.threshold,
-        )
-        return [by_id[i] for i in order]
-
-    def lens(self, ordered: Sequence[Request]) -> tuple[list[int], list[int]]:
+    def laid_out(self, order: str) -> tuple[list[int], list[int], CommonAttentionMetadata]:
+        """Query and sequence lengths of the requests in runner ``order`` (:func:`in_order`), MRV2's
+        padded requests last, and their real ``CommonAttentionMetadata``."""
+        ordered = in_order(self.requests, order, self.threshold)
         query = [r.query_len for r in ordered] + [0] * self.num_padded_reqs
         seq = [r.context_len + r.query_len for r in ordered] + [0] * self.num_padded_reqs
-        return query, seq
-
-    def batch(self, ordered: Sequence[Request], **kwargs: Any) -> CommonAttentionMetadata:
-        query, seq = self.lens(ordered)
         slack = [
             self.upper_bound_slack[i % len(self.upper_bound_slack)]
             if self.upper_bound_slack and i < len(ordered) and ordered[i].context_len
             else 0
             for i in range(len(query))
         ]
-        return samples.make_batch(query, seq, upper_bound_slack=slack, **kwargs)
+        return query, seq, samples.make_batch(query, seq, upper_bound_slack=slack)
 
 
 @st.composite

@@ -64,12 +64,10 @@ def compile_identity(config: object) -> object:
 
 def installed_counts_sink_once() -> bool:
     """Whether the installed vLLM's own ``extend_forward`` passes a layer's sink to one AITER call
-    only (0.34.0), found by running that code (``impl.vllm_counts_sink_once``)."""
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
+    only (0.34.0), found by running that code."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward.runner import vllm_counts_sink_once_here
 
-    from vllm_rocm_aiter_plugin.impl import vllm_counts_sink_once
-
-    return vllm_counts_sink_once(AiterFlashAttentionImpl.extend_forward) is True
+    return vllm_counts_sink_once_here() is True
 
 
 def _stock_split_raises_on_eagle_decode() -> bool:
@@ -84,27 +82,11 @@ def _stock_split_raises_on_eagle_decode() -> bool:
 def _stock_split(
     query_lens: list[int], seq_lens: list[int], threshold: int, with_upper_bound: bool
 ) -> tuple:
-    """The installed vLLM's own split on a batch built straight from ``CommonAttentionMetadata``
-    (host tensors; the upper bound set only where this vLLM has that field)."""
-    import dataclasses
-    import itertools
-
-    import torch
-    from vllm.v1.attention.backend import CommonAttentionMetadata
+    """The installed vLLM's own split on a real ``CommonAttentionMetadata`` (host tensors; the
+    upper bound set only where this vLLM has that field)."""
     from vllm.v1.attention.backends import utils as stock_utils
 
-    offsets = torch.tensor([0, *itertools.accumulate(query_lens)], dtype=torch.int32)
-    seq = torch.tensor(seq_lens, dtype=torch.int32)
-    fields = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    extra = {}
-    if with_upper_bound and "seq_lens_cpu_upper_bound" in fields:
-        extra["seq_lens_cpu_upper_bound"] = seq
-    tokens, blocks = int(offsets[-1]), (max(seq_lens) + 15) // 16
-    batch = CommonAttentionMetadata(
-        query_start_loc=offsets, query_start_loc_cpu=offsets, seq_lens=seq,
-        num_reqs=len(query_lens), num_actual_tokens=tokens, max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        block_table_tensor=torch.zeros((len(query_lens), blocks), dtype=torch.int32),
-        slot_mapping=torch.zeros(tokens, dtype=torch.int64), **extra,
-    )  # fmt: skip
+    from vllm_rocm_aiter_plugin.diagnostics.samples import make_batch
+
+    batch = make_batch(query_lens, seq_lens, with_upper_bound=with_upper_bound)
     return stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=threshold)

@@ -16,18 +16,13 @@ from tests.helpers import vllm_releases
 from tests.helpers.depth import randomised
 from tests.helpers.forward_child import controls
 from tests.helpers.metadata_compare import assert_same_metadata
-from tests.helpers.model_runner_v2 import (
-    Step,
-    attention_group,
-    build_through_v2,
-    needs_v1_order,
-    v2_steps,
-)
+from tests.helpers.model_runner_v2 import Step, needs_v1_order, v2_steps
 from tests.helpers.oracle import oracle_split, rows_attending_wrongly
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import chunk, decode, prompt
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import chunk, decode, in_order, prompt
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group, build_through_v2
 
 WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM: the gather workspace per chunk
 
@@ -81,16 +76,14 @@ def groups(tiny_model_dir) -> Groups:
 
 def test_v2_order_comes_from_the_installed_vllm():
     """The example's order is vLLM's: decode, new prompt, continuation (query length rules)."""
-    ordered = [r.req_id for r in V2_EXAMPLE.v2_ordered()]
+    ordered = [r.req_id for r in in_order(V2_EXAMPLE.requests, "v2", V2_EXAMPLE.threshold)]
     assert ordered == ["decode", "new-prompt", "continuation"]
 
 
 def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
     """The bug, as a test: stock puts the continuation in the prefill region, where it attends to
     its 800 new tokens and not to its 8192 cached ones. On every release."""
-    ordered = V2_EXAMPLE.v2_ordered()
-    query, seq = V2_EXAMPLE.lens(ordered)
-    cam = V2_EXAMPLE.batch(ordered)
+    query, seq, cam = V2_EXAMPLE.laid_out("v2")
 
     stock = groups.build(1, "stock", cam)
     assert (stock.num_decodes, stock.num_extends, stock.num_prefills) == (1, 0, 2)
@@ -108,9 +101,7 @@ def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
 def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: Step):
     """Every V2-ordered step: the oracle's counts, and every request attends to its whole
     context plus its new tokens causally. Never a ValueError."""
-    ordered = step.v2_ordered()
-    query, seq = step.lens(ordered)
-    cam = step.batch(ordered)
+    query, seq, cam = step.laid_out("v2")
     meta = groups.build(step.threshold, "plugin", cam)
     counts = (
         meta.num_decodes,
@@ -137,7 +128,7 @@ def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(grou
     field, on V2-ordered steps (extend regions holding rows without context). Only the context
     chunks differ: vLLM divides the workspace among all extend rows, the own body among those
     that are not context-free prompts; its chunks stay within the workspace and are never more."""
-    cam = step.batch(step.v2_ordered())
+    cam = step.laid_out("v2")[2]
     own = groups.build(step.threshold, "plugin", cam)
     vllm = groups.build(step.threshold, "vllm-build", cam)
     assert_same_metadata(_without_chunks(own), _without_chunks(vllm))
@@ -156,8 +147,8 @@ def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(groups, ste
     by model-runner V2 and by the V1 reorder: the plugin's V2 step needs no more context chunks
     than stock's V1 step, within the workspace."""
     step = dataclasses.replace(step, num_padded_reqs=0)
-    plugin = groups.build(step.threshold, "plugin", step.batch(step.v2_ordered()))
-    stock = groups.build(step.threshold, "stock", step.batch(step.v1_ordered()))
+    plugin = groups.build(step.threshold, "plugin", step.laid_out("v2")[2])
+    stock = groups.build(step.threshold, "stock", step.laid_out("v1")[2])
     assert _num_chunks(plugin) <= _num_chunks(stock)
     if plugin.extend_metadata is not None:
         chunks = plugin.extend_metadata.chunk_context_metadata
@@ -177,9 +168,7 @@ def _num_chunks(meta: AiterFlashAttentionMetadata) -> int:
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
 def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step):
     """The same steps in V1 order: stock attends truly there, and the plugin equals stock."""
-    ordered = step.v1_ordered()
-    query, seq = step.lens(ordered)
-    cam = step.batch(ordered)
+    query, seq, cam = step.laid_out("v1")
     stock = groups.build(step.threshold, "stock", cam)
     assert rows_attending_wrongly(stock, query, seq) == []
     assert_same_metadata(groups.build(step.threshold, "plugin", cam), stock)
@@ -189,9 +178,7 @@ def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step
 @given(step=v2_steps())
 def test_stock_and_plugin_agree_wherever_stock_attends_truly(groups, step: Step):
     """On V2-ordered steps where stock leaves no context behind, the plugin equals stock."""
-    ordered = step.v2_ordered()
-    query, seq = step.lens(ordered)
-    cam = step.batch(ordered)
+    query, seq, cam = step.laid_out("v2")
     stock = groups.build(step.threshold, "stock", cam)
     plugin = groups.build(step.threshold, "plugin", cam)
     if rows_attending_wrongly(stock, query, seq):

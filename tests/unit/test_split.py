@@ -393,9 +393,7 @@ def test_the_oracle_counts_or_its_first_error(case):
 def test_v2_ordered_steps_match_the_oracle(step: Step):
     """Steps in model-runner V2 order (the installed vLLM's sort): the oracle's regions, which
     never put a row with context in the prefill region."""
-    ordered = step.v2_ordered()
-    query, seq = step.lens(ordered)
-    batch = step.batch(ordered)
+    query, seq, batch = step.laid_out("v2")
     expected = oracle_split(query, seq, batch.num_actual_tokens, step.threshold)
     assert plugin_split(batch, decode_threshold=step.threshold) == expected
     first_prefill = expected[0] + expected[1]
@@ -408,9 +406,7 @@ def test_v2_ordered_steps_match_the_oracle(step: Step):
 def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
     """Stock's counts wherever stock puts no row with context in its prefill region; elsewhere
     the plugin's prefill region is stock's minus the rows stock got wrong."""
-    ordered = step.v2_ordered()
-    query, seq = step.lens(ordered)
-    batch = step.batch(ordered)
+    query, seq, batch = step.laid_out("v2")
     stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
     plugin = plugin_split(batch, decode_threshold=step.threshold)
     stock_prefill = stock[0] + stock[1]
@@ -431,8 +427,7 @@ def test_non_causal_batches_get_stocks_regions_in_any_order(step: Step, order: s
     has the V1 runner: ``ORDERS``)."""
     import dataclasses
 
-    ordered = step.v2_ordered() if order == "v2" else step.v1_ordered()
-    batch = dataclasses.replace(step.batch(ordered), causal=False)
+    batch = dataclasses.replace(step.laid_out(order)[2], causal=False)
     stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
     assert plugin_split(batch, decode_threshold=step.threshold) == stock
     own = split_module.split_batch(batch, step.threshold)

@@ -126,20 +126,22 @@ class ForwardCase:
         return cls(**{**data, "requests": requests, "sinks": tuple(data.get("sinks", ()))})
 
     def ordered(self, order: str | None = None) -> list[Request]:
-        """The requests in runner order (vLLM's own sort or reorder)."""
-        by_id = {r.req_id: r for r in self.requests}
-        tokens = {r.req_id: r.query_len for r in self.requests}
-        if (order or self.order) == "v2":
-            drafts = {r.req_id: [0] * r.num_drafts for r in self.requests if r.num_drafts}
-            ids = v2_order(tokens, drafts, self.threshold)
-        else:
-            ids = v1_order(
-                tokens,
-                {r.req_id: r.context_len for r in self.requests},
-                {r.req_id: r.prompt_tokens for r in self.requests},
-                self.threshold,
-            )
-        return [by_id[i] for i in ids]
+        """The requests in runner order (:func:`in_order`)."""
+        return in_order(self.requests, order or self.order, self.threshold)
+
+
+def in_order(requests: Sequence[Request], order: str, threshold: int) -> list[Request]:
+    """``requests`` in the order a runner lays them out: model-runner V2's own sort (``v2``) or
+    vLLM's V1 reorder (``v1``)."""
+    by_id = {r.req_id: r for r in requests}
+    tokens = {r.req_id: r.query_len for r in requests}
+    if order == "v2":
+        drafts = {r.req_id: [0] * r.num_drafts for r in requests if r.num_drafts}
+        ids = v2_order(tokens, drafts, threshold)
+    else:
+        computed = {r.req_id: r.context_len for r in requests}
+        ids = v1_order(tokens, computed, {r.req_id: r.prompt_tokens for r in requests}, threshold)
+    return [by_id[i] for i in ids]
 
 
 @dataclass
@@ -322,6 +324,10 @@ DOCTOR_SHUFFLE_DECODE_CASE = "doctor-decode-v2"
 whose decode takes the layout's decode kernel."""
 
 
+FP8_CACHE = {"kv_cache_dtype": "fp8", "k_scale": 0.05, "v_scale": 0.08}
+"""An fp8 KV cache with scales that are not 1, as a checkpoint's are (the doctor's and the tiers')."""
+
+
 @dataclass(frozen=True)
 class ServingConfiguration:
     """The operator's configuration the forward check runs in, as ``vllm serve`` spells it
@@ -346,7 +352,7 @@ class ServingConfiguration:
                 from vllm.platforms import current_platform
 
                 fp8_format = str(current_platform.fp8_dtype()).removeprefix("torch.")
-            changes.update(fp8_format=fp8_format, k_scale=0.05, v_scale=0.08)
+            changes = {**FP8_CACHE, **changes, "fp8_format": fp8_format}
         if self.kv_cache_layout is not None:
             changes["kv_cache_layout"] = self.kv_cache_layout
         return changes

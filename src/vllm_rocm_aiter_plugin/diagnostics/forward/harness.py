@@ -81,6 +81,14 @@ def _imports_aiter(node: ast.stmt) -> bool:
     return False
 
 
+def _agree(agrees: bool, kernel: str, beyond: str = "") -> None:
+    """``LauncherError`` where the reference of vLLM's ``kernel`` disagrees with the kernel."""
+    if not agrees:
+        raise reference_kernels.LauncherError(
+            f"the reference {kernel} disagrees with vLLM's kernel{beyond}"
+        )
+
+
 def counters(wrapper: Gather | Merge | ShuffleWrite) -> dict[str, int]:
     """What a kernel's wrapper counted (its ``int`` fields): the report's record of what ran."""
     fields = dataclasses.fields(wrapper)
@@ -115,12 +123,8 @@ class Gather:
             torch.empty_like(kwargs["value"][:count]),
         )
         self.kernel(**{**kwargs, "key": key, "value": value, "total_tokens": count})
-        if not (
-            torch.equal(key, kwargs["key"][:count]) and torch.equal(value, kwargs["value"][:count])
-        ):
-            raise reference_kernels.LauncherError(
-                "the reference cp_mha_gather_cache disagrees with vLLM's kernel"
-            )
+        by_reference = kwargs["key"][:count], kwargs["value"][:count]
+        _agree(all(map(torch.equal, (key, value), by_reference)), GATHER_NAME)
         self.checked_tokens += count
 
 
@@ -162,10 +166,7 @@ class Merge:
         both = plain[rows]
         got, want = kernel_out[both].float(), merged[rows][both].to(output.dtype).float()
         bound = 2 * torch.finfo(output.dtype).eps * want.abs().clamp(min=1.0)
-        if not bool(((got - want).abs() <= bound).all()):
-            raise reference_kernels.LauncherError(
-                "the reference merge_attn_states disagrees with vLLM's kernel"
-            )
+        _agree(bool(((got - want).abs() <= bound).all()), MERGE_NAME)
         self.checked_tokens += int(both.sum())
         output.copy_(merged.to(output.dtype))
         output[rows] = kernel_out
@@ -222,10 +223,7 @@ class ShuffleWrite:
         fp8 = key_cache.dtype in reference_kernels.FP8_DTYPES
         for want, got in zip(expected, written, strict=True):
             differ = want.view(torch.uint8) != got.view(torch.uint8)
-            if not fp8 and bool(differ.any()):
-                raise reference_kernels.LauncherError(
-                    "the shuffle-write reference disagrees with vLLM's kernel"
-                )
+            _agree(fp8 or not bool(differ.any()), SHUFFLE_WRITE_NAME)
             if not bool(differ.any()):
                 continue
             wanted, gotten = want[differ].float(), got[differ].float()
@@ -234,11 +232,8 @@ class ShuffleWrite:
             smallest = torch.finfo(key_cache.dtype).smallest_normal
             step = torch.exp2(exponent.floor().clamp(min=math.log2(smallest)) - 3)
             one_step = (gotten - wanted).abs() <= step
-            if not bool((carry_lost | one_step).all()):
-                raise reference_kernels.LauncherError(
-                    "the shuffle-write reference disagrees with vLLM's kernel beyond the "
-                    "interpreter's fp8 conversion"
-                )
+            _agree(bool((carry_lost | one_step).all()), SHUFFLE_WRITE_NAME,
+                   " beyond the interpreter's fp8 conversion")  # fmt: skip
             self.interpreter_carry_losses += int(carry_lost.sum())
             self.interpreter_rounding_steps += int((one_step & ~carry_lost).sum())
         if fp8:

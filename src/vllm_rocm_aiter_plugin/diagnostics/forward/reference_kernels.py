@@ -67,10 +67,11 @@ def dequantise(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor
     return cache.float() * value
 
 
-def _cache_dtype_matches(kv_cache_dtype: str, cache: torch.Tensor) -> None:
-    if kv_cache_dtype == "auto":
-        _check(cache.dtype in SUPPORTED_DTYPES, f"an 'auto' cache of {cache.dtype}")
-    else:
+def _cache_dtype_matches(kv_cache_dtype: str, *caches: torch.Tensor) -> None:
+    for cache in caches:
+        if kv_cache_dtype == "auto":
+            _check(cache.dtype in SUPPORTED_DTYPES, f"an 'auto' cache of {cache.dtype}")
+            continue
         _check(
             kv_cache_dtype in QUANTISED_CACHE_DTYPES,
             f"kv_cache_dtype {kv_cache_dtype!r}: vLLM's ROCm cache ops take "
@@ -112,8 +113,7 @@ def attend(
     sq, heads, _ = q.shape
     sk, kv_heads = k.shape[0], k.shape[1]
     _check(heads % kv_heads == 0, f"{heads} query heads do not divide into {kv_heads} kv heads")
-    if sink is not None:
-        _check(sink.shape == (heads,), f"one sink per query head, got {tuple(sink.shape)}")
+    _check_sinks(sink, heads)
     if sq == 0 or sk == 0:
         out = torch.zeros(sq, heads, v.shape[-1], dtype=torch.float32, device=q.device)
         lse = torch.full((heads, sq), float("-inf"), device=q.device)
@@ -254,8 +254,7 @@ def paged_attention_v1(
     with the layer's ``k_scale`` / ``v_scale`` (``aiter/ops/attention.py`` and
     ``csrc/kernels/attention_v1.cu``, amd-aiter 0.1.7.post2.dev18; vLLM's call for query length 1)."""
     _check(kv_cache_layout == "NHD", f"kv_cache_layout {kv_cache_layout!r}, expected 'NHD'")
-    _cache_dtype_matches(kv_cache_dtype, key_cache)
-    _cache_dtype_matches(kv_cache_dtype, value_cache)
+    _cache_dtype_matches(kv_cache_dtype, key_cache, value_cache)
     _check(mtp == 1, f"mtp {mtp}: the decode path calls this kernel for one token per sequence")
     _check(alibi_slopes is None and not logits_soft_cap, "alibi and soft cap are not referenced")
     _check(query.dtype in SUPPORTED_DTYPES, f"query must be fp16 or bf16, got {query.dtype}")
@@ -406,8 +405,7 @@ def reshape_and_cache_flash(
     ``shuffle``, vLLM's ``reshape_and_cache_shuffle_triton``: the same slots in the shuffle layout
     (:func:`shuffled_views`), an fp8 cache divided in float32 and rounded to nearest even as the GPU
     does (the interpreter does not: ``harness.ShuffleWrite``)."""
-    _cache_dtype_matches(kv_cache_dtype, key_cache)
-    _cache_dtype_matches(kv_cache_dtype, value_cache)
+    _cache_dtype_matches(kv_cache_dtype, key_cache, value_cache)
     _check(slot_mapping.dim() == 1, "slot_mapping must be 1-D")
     n = slot_mapping.shape[0]
     _check(key.shape[0] >= n and value.shape[0] >= n, "fewer tokens than slots")
@@ -547,8 +545,7 @@ def paged_attention_common(
     ``aiter/ops/attention.py``). K and V must each be a dense plane of pages, and the asm kernel's
     per-slot scale tables must hold the per-tensor scale."""
     _check(not unused, f"unexpected arguments {sorted(unused)}")
-    _cache_dtype_matches(kv_cache_dtype, K)
-    _cache_dtype_matches(kv_cache_dtype, V)
+    _cache_dtype_matches(kv_cache_dtype, K, V)
     _check(Q.dtype in SUPPORTED_DTYPES, f"Q must be fp16 or bf16, got {Q.dtype}")
     _check(K.dim() == 5 and V.dim() == 5, "K and V must be the 5-D shuffle views")
     num_seqs = context_lens.shape[0]
