@@ -138,7 +138,7 @@ def write_bytecode(session: nox.Session) -> None:
     """The session's processes write the bytecode of what they import, as Python does by default,
     even where the machine sets ``PYTHONDONTWRITEBYTECODE``: the stack installs with
     ``--no-compile``, so there every process a test starts would compile vLLM and torch again
-    (about 12 s each on these machines). Whatever compares installed or built files leaves
+    (``docs/testing.md`` has the measurement). Whatever compares installed or built files leaves
     bytecode aside (``MANIFEST.in``, ``scripts/check_dist.py``, ``scripts/check_installed.py``)."""
     session.env["PYTHONDONTWRITEBYTECODE"] = None  # nox leaves a None variable out
 
