@@ -38,8 +38,8 @@ EXTRA_KINDS: tuple[tuple[str, dict[str, Any], bool, str | None], ...] = (
     ),
     ("a TurboQuant run's boundary layers", {"kv_cache_dtype": "auto"}, False, "turboquant_k8v4"),
 )
-"""With ``backend_choice.KINDS``, the 19 kinds of layer drawn; one whose field or cache dtype
-this release lacks is not drawn (the report says which)."""
+"""With ``backend_choice.KINDS``, the kinds of layer drawn; one whose field or cache dtype this
+release lacks is not drawn (the report says which)."""
 
 HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256, 512, 576)
 BLOCK_SIZES = (None, 1, 8, 16, 32, 64, 128, 256)
