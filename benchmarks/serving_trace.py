@@ -32,7 +32,7 @@ from vllm_rocm_aiter_plugin.diagnostics.regions import context_rows_in_prefill
 
 FORWARD_MAX_TOKENS = 2048
 """Steps sampled for the attention-output view have at most this many scheduled tokens (vLLM's
-Triton merge runs in the interpreter on CPU, about 2 ms per token and head)."""
+Triton merge runs in the interpreter on CPU, in time that grows with tokens times heads)."""
 
 
 def analyse(workload: Workload, steps: list[dict[str, Any]], builders: Any) -> dict[str, Any]:

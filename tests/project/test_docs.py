@@ -63,3 +63,44 @@ def test_the_timing_records_hold_no_path_of_the_machine_they_ran_on():
         "bash -c cd <clone> && bash scripts/nox"
     )
     assert shown(["/repo/.nox/demo/bin/python", "-m", "m"], "/repo") == ".nox/demo/bin/python -m m"
+
+
+def test_every_path_and_import_of_this_repository_the_docs_name_exists():
+    """A backticked path in a folder of the repository names a file or folder that is there (a
+    ``module.name`` reference: its module; a glob is left alone), and what a code block imports
+    from the plugin or the tests exists: a doc that points at a moved or removed file fails.
+    Other projects' paths (vLLM's ``tests/v1/...``) and history (``git show COMMIT:path``) are
+    not in a folder of this repository. (Not ``novllm``: it asks git, which an sdist has not.)"""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    root = Path(REPO_ROOT)
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    folders = {str(p) for t in tracked for p in Path(t).parents} - {"."}
+    missing = []
+    for doc in (t for t in tracked if t.endswith(".md")):
+        text = (root / doc).read_text()
+        for path in re.findall(r"`([\w.-]+/[\w./*-]*)", text):
+            path = path.rstrip("/.")
+            if "*" in path or str(Path(path).parent) not in folders or (root / path).exists():
+                continue
+            if not (root / f"{path.rsplit('.', 1)[0]}.py").is_file():  # module.name
+                missing.append(f"{doc}: {path}")
+        pattern = r"^from ((?:vllm_rocm_aiter_plugin|tests)\b[\w.]*) import ([\w, ]+)$"
+        for package, names in re.findall(pattern, text, re.M):
+            base = root / ("src" if package.startswith("vllm_") else "") / package.replace(".", "/")
+            source = (
+                base.with_suffix(".py")
+                if base.with_suffix(".py").is_file()
+                else base / "__init__.py"
+            )
+            for name in names.replace(" ", "").split(","):
+                defines = rf"^(def |class )?{name}\b"
+                if not (base / f"{name}.py").is_file() and not (
+                    source.is_file() and re.search(defines, source.read_text(), re.M)
+                ):
+                    missing.append(f"{doc}: {package}.{name}")
+    assert missing == [], missing
