@@ -11,7 +11,8 @@ TESTED: tuple[str, ...] = (
     "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
     "0.33.0", "0.34.0",
 )  # fmt: skip
-"""Every release the CPU suite passes on (``compat/results.md``), oldest first."""
+"""Every release the CPU suite passes on (``compat/results.json``, the table of ``docs/releases.md``),
+oldest first."""
 
 CI: tuple[str, ...] = ("0.23.0", TESTED[-1])
 """What ``.ci/run`` tests: the release that defaults Llama to model-runner V2 and still has the
