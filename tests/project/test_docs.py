@@ -7,6 +7,19 @@ import pytest
 from tests.helpers.subprocess_util import REPO_ROOT, check_generated
 
 
+def _script(name: str):
+    """The module of ``scripts/NAME.py``, imported as the scripts import each other."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(REPO_ROOT) / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 @pytest.mark.novllm
 def test_generated_tables_match_the_results_files():
     check_generated("scripts/docs_tables.py", timeout=120)
@@ -49,16 +62,11 @@ def test_the_timing_records_hold_no_path_of_the_machine_they_ran_on():
     ``<placeholders>`` (``scripts/timed.py``)."""
     import json
     import re
-    import sys
     from pathlib import Path
 
     records = json.loads((Path(REPO_ROOT) / "benchmarks/results/timings.json").read_text())
     assert records and not [r for r in records if re.search(r"(^|\s)/", r["command"])]
-    sys.path.insert(0, str(Path(REPO_ROOT) / "scripts"))
-    try:
-        from timed import shown
-    finally:
-        sys.path.pop(0)
+    shown = _script("timed").shown
     assert shown(["bash", "-c", "cd /tmp/x/clone && bash scripts/nox"], "/repo") == (
         "bash -c cd <clone> && bash scripts/nox"
     )
@@ -72,17 +80,14 @@ def test_every_path_and_import_of_this_repository_the_docs_name_exists():
     Other projects' paths (vLLM's ``tests/v1/...``) and history (``git show COMMIT:path``) are
     not in a folder of this repository. (Not ``novllm``: it asks git, which an sdist has not.)"""
     import re
-    import subprocess
     from pathlib import Path
 
     root = Path(REPO_ROOT)
-    tracked = subprocess.run(
-        ["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True
-    ).stdout.split()
+    tracked = _script("check_dist").tracked_files()
     folders = {str(p) for t in tracked for p in Path(t).parents} - {"."}
     missing = []
     for doc in (t for t in tracked if t.endswith(".md")):
-        text = (root / doc).read_text()
+        text = tracked[doc].decode()
         for path in re.findall(r"`([\w.-]+/[\w./*-]*)", text):
             path = path.rstrip("/.")
             if "*" in path or str(Path(path).parent) not in folders or (root / path).exists():
@@ -92,15 +97,13 @@ def test_every_path_and_import_of_this_repository_the_docs_name_exists():
         pattern = r"^from ((?:vllm_rocm_aiter_plugin|tests)\b[\w.]*) import ([\w, ]+)$"
         for package, names in re.findall(pattern, text, re.M):
             base = root / ("src" if package.startswith("vllm_") else "") / package.replace(".", "/")
-            source = (
-                base.with_suffix(".py")
-                if base.with_suffix(".py").is_file()
-                else base / "__init__.py"
+            source = next(
+                (p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None
             )
             for name in names.replace(" ", "").split(","):
-                defines = rf"^(def |class )?{name}\b"
-                if not (base / f"{name}.py").is_file() and not (
-                    source.is_file() and re.search(defines, source.read_text(), re.M)
-                ):
+                defined = source and re.search(
+                    rf"^(def |class )?{name}\b", source.read_text(), re.M
+                )
+                if not ((base / f"{name}.py").is_file() or defined):
                     missing.append(f"{doc}: {package}.{name}")
     assert missing == [], missing
