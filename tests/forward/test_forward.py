@@ -17,6 +17,7 @@ from tests.helpers import (
 )
 from tests.helpers.aiter_triton import load_unified_attention
 from tests.helpers.forward_cases import CASES, FP8_EAGLE_CASE, FP8_FORMATS
+from tests.helpers.forward_checks import case_of
 from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.builder import own_build_default
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
@@ -34,21 +35,18 @@ def report(request: pytest.FixtureRequest) -> ForwardReport:
     return result
 
 
-_case = forward_checks.case_of
-
-
 def test_the_forward_child_runs_the_installed_copy(report):
     assert environment.is_installed_copy(report.plugin_file), report.plugin_file
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_plugin_output_equals_the_reference_for_every_request(report, name):
-    forward_checks.check_plugin(_case(report, name))
+    forward_checks.check_plugin(case_of(report, name))
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_stock_is_wrong_exactly_where_it_drops_context(report, name):
-    forward_checks.check_stock(_case(report, name), report.merge_makes_nan_of_empty_states)
+    forward_checks.check_stock(case_of(report, name), report.merge_makes_nan_of_empty_states)
 
 
 def test_stock_drops_context_somewhere_on_every_release(report):
@@ -61,13 +59,13 @@ def test_stock_drops_context_somewhere_on_every_release(report):
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if c.order == "v2"])
 def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(report, name):
-    forward_checks.check_chunks(_case(report, name))
+    forward_checks.check_chunks(case_of(report, name))
 
 
 def test_64_prompts_need_one_context_chunk_where_stock_sizing_needs_5(report):
     """64 new prompts and one continuation with 2048 cached tokens, in V2 order: sized by the
     rows that gather context, one chunk; sized as vLLM's build() does (all 65 extend rows), 5."""
-    case = _case(report, "64-prompts-v2")
+    case = case_of(report, "64-prompts-v2")
     assert case["plugin"].chunks == 1 and case["plugin"].own_build is True
     control = case["plugin-vllm-build"]
     assert control.chunks == 5 and control.own_build is False
@@ -77,7 +75,7 @@ def test_64_prompts_need_one_context_chunk_where_stock_sizing_needs_5(report):
 def test_the_plugins_impl_is_what_keeps_empty_chunks_finite(report):
     """Control: the plugin's builder with vLLM's own impl on a two-chunk extend region holding a
     new prompt. NaN exactly where this release's merge makes NaN of two empty states."""
-    case = _case(report, "multi-chunk-v2")
+    case = case_of(report, "multi-chunk-v2")
     control = case["plugin-builder-only"]
     assert control.chunks == 2
     context_free = {r.req_id for r in control.rows if r.region == "extend" and not r.context}
@@ -94,18 +92,18 @@ def test_the_plugins_impl_is_what_counts_the_sink_once(report):
     plugin steps aside: its impl gives exactly what vLLM's impl gives, and both are right. V1
     order: the plugin's regions are stock's, and stock's row with context is wrong where the
     plugin's impl makes it right."""
-    case = _case(report, "v2-sinks")
+    case = case_of(report, "v2-sinks")
     control, plugin = case["plugin-builder-only"], case["plugin"]
     moved = {r.req_id for r in control.rows if r.region == "extend" and not r.context}
     assert moved == {"new-prompt"}
     assert plugin.wrong(case.tolerance) == set()
-    assert _case(report, "multi-chunk-v2-sinks")["plugin"].chunks == 2
+    assert case_of(report, "multi-chunk-v2-sinks")["plugin"].chunks == 2
     assert report.vllm_counts_sink_once == vllm_releases.installed_counts_sink_once()
     if report.vllm_counts_sink_once:
         assert [r.error for r in control.rows] == [r.error for r in plugin.rows]
         return
     assert moved <= control.wrong(case.tolerance)
-    v1 = _case(report, "v1-sinks")
+    v1 = case_of(report, "v1-sinks")
     assert v1["plugin"].regions == v1["stock"].regions
     with_context = {r.req_id for r in v1["stock"].rows if r.region == "extend"}
     assert with_context == {"continuation"}
@@ -166,7 +164,7 @@ def test_aiters_own_unified_attention_ran_where_its_wheel_is_installed(report):
     assert "aiter...unified_attention" not in report.references
     for name in UNIFIED_ATTENTION_CASES:
         if report.case(name) is not None:  # a V1-order case where vLLM has that runner
-            assert _case(report, name)["plugin"].unified_attention_calls > 0, name
+            assert case_of(report, name)["plugin"].unified_attention_calls > 0, name
 
 
 def test_bf16_calls_run_aiters_kernel_widened_to_fp32(report):
@@ -174,7 +172,7 @@ def test_bf16_calls_run_aiters_kernel_widened_to_fp32(report):
     used = report.unified_attention
     if not used["aiter"] or used["calls"] is None:
         pytest.skip(f"no widening: the kernel that ran is {used['kernel']}")
-    assert _case(report, "eagle-verify-padded-bf16")["plugin"].unified_attention_calls > 0
+    assert case_of(report, "eagle-verify-padded-bf16")["plugin"].unified_attention_calls > 0
     assert used["bf16_widened_calls"] > 0
     assert "bfloat16" in used["cross_check_largest_error"]
 
@@ -245,7 +243,7 @@ def test_every_case_runs_on_cpu(report):
 
 @pytest.mark.parametrize("name", [c.name for c in FP8_CASES])
 def test_fp8_case_reports_its_configuration(report, name):
-    case = _case(report, name)
+    case = case_of(report, name)
     wanted = next(c for c in FP8_CASES if c.name == name)
     assert case.configuration["kv_cache_dtype"] == "fp8"
     assert case.configuration["fp8_format"] == wanted.fp8_format
@@ -255,7 +253,7 @@ def test_aiters_kernel_reads_the_fp8_caches_unwidened(report):
     used = report.unified_attention
     if not used["aiter"] or used["calls"] is None:
         pytest.skip(f"AITER's kernel did not run here: {used['kernel']}")
-    assert _case(report, FP8_EAGLE_CASE)["plugin"].unified_attention_calls > 0
+    assert case_of(report, FP8_EAGLE_CASE)["plugin"].unified_attention_calls > 0
     assert used["fp8_cache_calls"] > 0
     assert used["cross_check_disagreements"] == 0, used
 
@@ -406,7 +404,7 @@ def _non_causal(report: ForwardReport, name: str) -> CaseResult:
     found = report.case(name)
     if found is not None and found.not_applicable:
         assert not runner.builds_non_causal_batches()
-    return forward_checks.case_of(report, name)
+    return case_of(report, name)
 
 
 @pytest.mark.parametrize("name", NON_CAUSAL)

@@ -36,9 +36,6 @@ V2_EXAMPLE = Step(
 )
 
 
-examples = randomised
-
-
 class Groups:
     """Per threshold: vLLM ``AttentionGroup``s over one real Attention layer, for stock's
     backend, the plugin's, and the plugin's with its own build path switched off (vLLM's
@@ -96,7 +93,7 @@ def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
     assert_same_metadata(plugin, groups.build(1, "vllm-build", cam))
 
 
-@examples(1500)
+@randomised(1500)
 @given(step=v2_steps())
 def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: Step):
     """Every V2-ordered step: the oracle's counts, and every request attends to its whole
@@ -121,7 +118,7 @@ def _without_chunks(meta: AiterFlashAttentionMetadata) -> AiterFlashAttentionMet
     return dataclasses.replace(meta, extend_metadata=extend)
 
 
-@examples(300)
+@randomised(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
 def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(groups, step: Step):
     """The plugin's own build body against vLLM's own build() code with the same split, field by
@@ -140,7 +137,7 @@ def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(grou
 
 
 @needs_v1_order
-@examples(300)
+@randomised(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8), max_context=40000))
 def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(groups, step: Step):
     """The same requests (no padding rows: ROCM_AITER_FA pads only uniform decode batches) laid out
@@ -164,7 +161,7 @@ def _num_chunks(meta: AiterFlashAttentionMetadata) -> int:
 
 
 @needs_v1_order
-@examples(300)
+@randomised(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
 def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step):
     """The same steps in V1 order: stock attends truly there, and the plugin equals stock."""
@@ -174,7 +171,7 @@ def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step
     assert_same_metadata(groups.build(step.threshold, "plugin", cam), stock)
 
 
-@examples(300)
+@randomised(300)
 @given(step=v2_steps())
 def test_stock_and_plugin_agree_wherever_stock_attends_truly(groups, step: Step):
     """On V2-ordered steps where stock leaves no context behind, the plugin equals stock."""
