@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.depth import examples as depth
+from tests.helpers.depth import examples
 
 EXTRA_KINDS: tuple[tuple[str, dict[str, Any], bool, str | None], ...] = (
     # label, AttentionSelectorConfig fields, encoder-decoder model, the run's cache dtype
@@ -245,7 +245,7 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
 
     kv_dtypes = [None, *typing.get_args(CacheDType)]
 
-    @settings(max_examples=depth(EXAMPLES), database=None, derandomize=True, deadline=None,
+    @settings(max_examples=examples(EXAMPLES), database=None, derandomize=True, deadline=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(
         name=half_served(rocm_names(), names()),
