@@ -6,6 +6,7 @@ import functools
 import glob
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -529,6 +530,41 @@ def upstream(session: nox.Session) -> None:
     """The upstream patch (docs/upstream/) against vLLM's own sources, tests and the forward tier."""
     install_stack(session, releases.NEWEST, "requirements/upstream.txt")
     session.run("python", "scripts/upstream_check.py", *session.posargs)
+
+
+WATCH_OUTPUT = "GITHUB_OUTPUT"
+"""Where a GitHub Actions step writes its outputs; the release watch's next step reads
+``version`` there."""
+
+
+@nox.session(name="newer-vllm", venv_backend="none")
+def newer_vllm(session: nox.Session) -> None:
+    """The release watch: fails, naming it, when the package index (pip's own configuration)
+    offers a vLLM release newer than ``releases.NEWEST``, and writes ``version=`` to
+    ``$GITHUB_OUTPUT`` for the job's next step; fails too when the index cannot be read."""
+    from packaging.version import Version
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "vllm", "--json",
+         "--disable-pip-version-check"],  # not --quiet: it silences the JSON too
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    try:
+        versions = [Version(v) for v in json.loads(listed.stdout)["versions"]]
+    except (ValueError, KeyError, TypeError):
+        session.error(f"could not read vLLM's releases from the package index: "
+                      f"{(listed.stderr or listed.stdout).strip()[-500:]}")  # fmt: skip
+    tested = f"{releases.OLDEST} to {releases.NEWEST}"
+    newer = sorted(v for v in versions if v > Version(releases.NEWEST) and not v.is_prerelease)
+    if not newer:
+        session.log(f"the newest vLLM release on the index is {max(versions, default='none')}; "
+                    f"tested: {tested}")  # fmt: skip
+        return
+    if os.environ.get(WATCH_OUTPUT):
+        with open(os.environ[WATCH_OUTPUT], "a") as f:
+            f.write(f"version={newer[0]}\n")
+    session.error(f"vLLM {', '.join(map(str, newer))} on the package index: newer than the "
+                  f"tested range ({tested}); follow docs/releases.md, Adding a release")  # fmt: skip
 
 
 @nox.session
