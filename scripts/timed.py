@@ -1,5 +1,6 @@
 """Run a command, time it, and record the time in benchmarks/results/timings.json, from which the
-README's and docs/testing.md's figures are generated (``scripts/docs_tables.py``).
+README's and docs/testing.md's figures are generated (their cog blocks call :func:`sentence` and
+:func:`table`).
 
   python scripts/timed.py NAME -- COMMAND [ARG...]
 
@@ -75,6 +76,42 @@ def shown(command: list[str], cwd: str = ROOT) -> str:
         return inside if not inside.startswith("..") else f"<{os.path.basename(found) or 'dir'}>"
 
     return re.sub(r"(?<![\w.<])/[^\s'\"<>]+", path, " ".join(command))
+
+
+def _records() -> list[dict]:
+    with open(os.path.join(ROOT, "benchmarks", "results", "timings.json")) as f:
+        return json.load(f)
+
+
+def _took(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def sentence() -> str:
+    """The README's figures, each from its record, with the date(s) and the machine(s)."""
+    records = {r["name"]: r for r in _records()}
+    parts = {
+        "demo-first": "the demo's first run in a fresh clone took {} (its environment built)",
+        "demo-again": "a later run {} (no wheel built)",
+        "tests": "the test command {}",
+        "ci": "a fresh clone's CI (`.ci/run`) {}",
+        "doctor": "the doctor {}",
+        "doctor-fp8": "with `--kv-cache-dtype fp8` {}",
+    }
+    said = [text.format(_took(records[n]["seconds"])) for n, text in parts.items() if n in records]
+    where = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    return f"- Measured ({'; '.join(where)}): {', '.join(said)}."
+
+
+def table() -> str:
+    """``docs/testing.md``'s table of every record."""
+    lines = ["| what | took | date | machine | commit | command |", "|---|---:|---|---|---|---|"]
+    lines += [
+        f"| {TIMINGS[r['name']]} | {_took(r['seconds'])} ({r['seconds']} s) | {r['date']} "
+        f"| {r['machine']} | {r['commit']} | `{r['command']}` |"
+        for r in _records()
+    ]
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:

@@ -11,8 +11,7 @@ import subprocess
 import sys
 import tarfile
 import urllib.request
-
-import junit_summary  # scripts/ is on sys.path when this file runs as a script
+from xml.etree import ElementTree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "upstream")
@@ -147,8 +146,18 @@ def vllm_tests(tree: str, tests: list[str], junit: str) -> dict[str, str]:
         f"{classname}::{name}": "skipped (ROCm only)"
         if outcome == "skipped" and "ROCm" in message
         else outcome
-        for classname, name, outcome, message in junit_summary.outcomes(junit)
+        for classname, name, outcome, message in _outcomes(junit)
     }
+
+
+def _outcomes(junit: str) -> list[tuple[str, str, str, str]]:
+    """(classname, name, outcome, message) of each test case of a JUnit report."""
+    rows = []
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        result = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        outcome, message = ("passed", "") if result is None else (result.tag, result.get("message"))
+        rows.append((case.get("classname", ""), case.get("name", ""), outcome, message or ""))
+    return rows
 
 
 def in_tree(tree: str, code: str) -> dict:

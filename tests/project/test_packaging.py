@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import re
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def test_the_index_page_metadata():
 
 def test_the_readme_links_absolutely_into_the_repository():
     """The README is the index page's long description: a relative link leads nowhere there.
-    (``scripts/check_dist.py`` checks the built wheel's copy too.)"""
+    (The wheel carries it as its long description.)"""
     readme = (Path(REPO_ROOT) / "README.md").read_text()
     source = _project()["urls"]["Source"]
     links = re.findall(r"\]\(([^)\s]+)\)", readme)
@@ -65,3 +66,20 @@ def test_the_readme_links_absolutely_into_the_repository():
     relative = [link for link in links if not link.startswith(("https://", "http://"))]
     assert relative == []
     assert any(link.startswith(f"{source}/") for link in links)
+
+
+def test_the_installed_wheel_requires_nothing_and_declares_what_pyproject_declares():
+    """The wheel pip installed here (the dist session's, from the sdist; the suite's): no
+    requirement, so that it never replaces an image's vLLM or torch; the version of
+    ``_version.py``; the entry points and the console script of ``pyproject.toml``."""
+    dist = importlib.metadata.distribution("vllm-rocm-aiter-plugin")
+    assert dist.requires is None
+    version: dict[str, str] = {}
+    exec((Path(REPO_ROOT) / "src/vllm_rocm_aiter_plugin/_version.py").read_text(), version)
+    assert dist.version == version["__version__"]
+    project = _project()
+    groups = {**project["entry-points"], "console_scripts": project["scripts"]}
+    declared = {
+        (g, name, target) for g, points in groups.items() for name, target in points.items()
+    }
+    assert {(ep.group, ep.name, ep.value) for ep in dist.entry_points} == declared
