@@ -587,7 +587,8 @@ def _commit() -> str:
 def compat(session: nox.Session) -> None:
     """The CPU suite on each release of ``releases.TESTED`` (``-- VERSION...``: those), in one
     environment with vLLM swapped; each release's row of ``compat/results.json`` (what the
-    doctor finds on it, the suite's counts and time, the commit), then the docs' tables."""
+    doctor's probes find it doing, the suite's counts and time, the commit), then the docs'
+    tables, which read those facts."""
     rows = {}
     if os.path.exists(RESULTS):
         with open(RESULTS) as f:
@@ -595,15 +596,20 @@ def compat(session: nox.Session) -> None:
     ran = {}
     for vllm in session.posargs or releases.TESTED:
         install_stack(session, vllm)
-        split = _doctor(session)["split"]
+        doctor = _doctor(session)
+        if doctor["check_errors"]:
+            session.error(f"the doctor could not probe vLLM {vllm}: {doctor['check_errors']}")
+        facts = {
+            "eagle_crash": doctor["split"]["eagle"]["affected"],
+            "drops_context": doctor["split"]["v2_order"]["affected"],
+            **doctor["forward"]["report"]["facts"],
+        }
         start = time.monotonic()
         ran[vllm] = _pytest(session, f"build/compat/junit-vllm-{vllm}.xml", *XDIST, "-m",
                             "not project")  # fmt: skip
         rows[vllm] = {
             "vllm": vllm, "commit": _commit(), **ran[vllm],
-            "seconds": round(time.monotonic() - start),
-            "affected": "yes" if split["eagle"]["affected"] else "no",
-            "drops_context": "yes" if split["v2_order"]["affected"] else "no",
+            "seconds": round(time.monotonic() - start), "facts": facts,
         }  # fmt: skip
         with open(RESULTS, "w") as f:
             json.dump(sorted(rows.values(), key=lambda r: releases.parse(r["vllm"])), f, indent=1)

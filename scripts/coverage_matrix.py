@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -92,23 +93,31 @@ POOLS: dict[str, tuple[ForwardCase, ...]] = {GRAPH_ROW: REPLAY_CASES}
 """Rows whose cases are not the forward cases (``tests/helpers/graph_replay.py``)."""
 
 
-def _why_not(case: ForwardCase, release: str) -> str | None:
-    if case.order == "v1" and release in releases.V1_RUNNER_REMOVED:
+def _facts(release: str) -> dict[str, object]:
+    """What compat's run of the doctor found the release doing (``compat/results.json``)."""
+    with open(os.path.join(ROOT, "compat", "results.json")) as f:
+        (row,) = [r for r in json.load(f) if r["vllm"] == release]
+    return row["facts"]
+
+
+def _why_not(case: ForwardCase, facts: dict[str, object]) -> str | None:
+    if case.order == "v1" and facts["no_v1_runner"]:
         return "this release has no V1 model runner"
-    if case.sinks and release not in releases.SINKS:
+    if case.sinks and not facts["takes_sinks"]:
         return "this release's ROCM_AITER_FA takes no attention sinks"
-    if not case.causal and release not in releases.NON_CAUSAL_V2_BATCHES:
+    if not case.causal and not facts["non_causal_batches"]:
         return "this release's model-runner V2 builds causal batches only"
-    if case.shuffle and release not in releases.SHUFFLE_LAYOUT_RUNS:
+    if case.shuffle and facts["no_shuffle_layout"]:
         return "this release's shuffle layout interleaves K and V, which its decode cannot read"
     return None
 
 
 def _cpu_cell(cases: list[ForwardCase], release: str, meaning: str) -> str:
-    runnable = [c for c in cases if _why_not(c, release) is None]
+    facts = _facts(release)
+    runnable = [c for c in cases if _why_not(c, facts) is None]
     if not runnable:
-        return f"n/a: {_why_not(cases[0], release)}"
-    if release in releases.SINK_COUNTED_ONCE_UPSTREAM and "once per call" in meaning:
+        return f"n/a: {_why_not(cases[0], facts)}"
+    if facts["counts_sink_once"] and "once per call" in meaning:
         meaning = (
             "each row's softmax counts the sink once (vLLM's own extend path does: the plugin "
             "steps aside)"

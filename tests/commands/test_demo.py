@@ -12,6 +12,7 @@ from tests.commands.test_doctor import LOG_LINE
 from tests.helpers import environment, vllm_releases
 from tests.helpers.commands import DEMO, run
 from tests.helpers.subprocess_util import REPO_ROOT
+from vllm_rocm_aiter_plugin.diagnostics import probe
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
 
 
@@ -46,7 +47,7 @@ def test_demo_shows_the_three_bugs_and_whether_the_fix_is_active():
     assert not LOG_LINE.search(out), out
 
     eagle = _section(out, "1. The EAGLE crash.")
-    affected = vllm_releases.installed_is_affected()
+    affected = probe.probe_stock_split().affected
     assert ("raises AssertionError" in eagle) is affected
     assert ("Bug 1 does not apply to this vLLM" in eagle) is not affected
     assert (
@@ -54,7 +55,7 @@ def test_demo_shows_the_three_bugs_and_whether_the_fix_is_active():
     ) is active
 
     v2 = _section(out, "2. Cached context ignored.")
-    drops = vllm_releases.installed_drops_context_in_v2_order()
+    drops = probe.probe_stock_v2_order().affected
     assert ("ignores 8192 cached tokens" in v2) is drops
     stock_counts = "vLLM's builder                 decodes/extends/prefills = (1, 0, 2)"
     assert (stock_counts in v2) is drops
@@ -65,7 +66,7 @@ def test_demo_shows_the_three_bugs_and_whether_the_fix_is_active():
     assert ("WRONG" in rows["continuation"].split("extend")[0]) is drops  # stock's column
 
     nan = _section(out, "3. NaN from empty context chunks.")
-    merge_nan = vllm_releases.installed_merge_makes_nan_of_empty_states()
+    merge_nan = vllm_releases.merge_makes_nan_of_empty_states()
     if merge_nan is None:  # outside the table: whatever the section says, it says it consistently
         merge_nan = "Bug 3 does not apply to vLLM" not in nan
     assert ("Bug 3 does not apply to vLLM" in nan) is not merge_nan

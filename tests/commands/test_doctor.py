@@ -5,6 +5,7 @@ are ``tests/unit/test_doctor_verdicts.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -17,8 +18,7 @@ import vllm_rocm_aiter_plugin
 from tests.helpers import environment, vllm_releases
 from tests.helpers.commands import AITER_ON, DISABLED, DOCTOR_JSON, SERVING, run
 from tests.helpers.subprocess_util import REPO_ROOT, scrubbed_env
-from vllm_rocm_aiter_plugin.diagnostics import vllm_log
-from vllm_rocm_aiter_plugin.diagnostics.forward import harness
+from vllm_rocm_aiter_plugin.diagnostics import probe, vllm_log
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     DOCTOR_SHUFFLE_DECODE_CASE,
     DOCTOR_SINK_CASE,
@@ -60,8 +60,8 @@ def test_default_install_reports_fix_active():
     policy_notes = [n for n in report["notes"] if n.startswith(report["policy"]["message"])]
     assert len(policy_notes) == (0 if in_range else 1)
     assert report["verdict"].startswith("fix ACTIVE")
-    assert report["split"]["eagle"]["affected"] is vllm_releases.installed_is_affected()
-    drops = vllm_releases.installed_drops_context_in_v2_order()
+    assert report["split"]["eagle"]["affected"] is probe.probe_stock_split().affected
+    drops = probe.probe_stock_v2_order().affected
     assert report["split"]["v2_order"]["affected"] is drops
     assert report["resolution"]["path"] == "vllm_rocm_aiter_plugin.backend." + (
         "PluginAiterFlashAttentionBackend"
@@ -80,15 +80,14 @@ def test_default_install_reports_fix_active():
     assert forward["right"] is True, forward["detail"]
     assert bool(forward["stock_wrong"]) is drops
     first = forward["report"]["cases"][0]
-    if forward["report"]["v1_order_absent"] is None:  # a release with a V1 runner to compare
+    facts = forward["report"]["facts"]  # what compat records of each release
+    assert set(facts) == {field.name for field in dataclasses.fields(probe.ReleaseFacts)}
+    if facts["no_v1_runner"] is None:  # a release with a V1 runner to compare
         assert first["outcomes"]["registered"]["chunks"] <= first["v1_stock_chunks"]
     else:
         assert first["v1_stock_chunks"] is None
-    assert forward["report"]["vllm_counts_sink_once"] == (
-        vllm_releases.installed_counts_sink_once()
-    )
     # Where this release takes attention sinks, a step with sinks is judged too.
-    assert (DOCTOR_SINK_CASE.name in _steps(report)) is harness.takes_sinks()
+    assert (DOCTOR_SINK_CASE.name in _steps(report)) is probe.takes_sinks()
     assert first["configuration"]["kv_cache_dtype"] == "auto"  # the check's own, named
     assert (first["configuration"]["block_size"], first["configuration"]["head_size"]) == (16, 64)
     # Notes say what this machine cannot run; they never change the verdict.
@@ -125,10 +124,10 @@ def test_a_disabled_plugin_and_what_the_environment_gets_wrong_are_each_a_proble
     ):
         assert any(words in p for p in report["problems"]), (words, report["problems"])
     assert ran.returncode == report["exit_code"] == 1  # PROBLEM lines, whatever this vLLM needs
-    if vllm_releases.installed_is_affected() or vllm_releases.installed_drops_context_in_v2_order():
+    if probe.probe_stock_split().affected or probe.probe_stock_v2_order().affected:
         assert report["verdict"].startswith("AFFECTED and the fix is NOT active")
         assert ("model-runner V2 steps can lose context" in report["verdict"]) is (
-            vllm_releases.installed_drops_context_in_v2_order()
+            probe.probe_stock_v2_order().affected
         )
     else:
         assert report["verdict"].startswith("fix not needed")
@@ -160,8 +159,8 @@ def test_the_forward_check_runs_in_the_shuffle_layout_the_operator_set():
     layout, the variable changes nothing."""
     if not environment.plugin_overrides_by_default():
         pytest.skip("the policy leaves this vLLM stock: the forward check judges stock")
-    unavailable = harness.shuffle_layout_unavailable()
-    if unavailable is not None and unavailable != harness.NO_SHUFFLE_LAYOUT:
+    unavailable = probe.shuffle_layout_unavailable()
+    if unavailable is not None and unavailable != probe.NO_SHUFFLE_LAYOUT:
         import torch
 
         from vllm_rocm_aiter_plugin.diagnostics.forward import runner

@@ -12,6 +12,7 @@ from tests.conftest import summary_lines
 from tests.helpers import engine_comparison, vllm_releases
 from tests.helpers.engine_comparison import Comparison
 from tests.helpers.engine_workloads import WORKLOADS, WORKLOADS_BY_NAME, save_models
+from vllm_rocm_aiter_plugin.diagnostics import probe
 
 pytestmark = pytest.mark.engine
 
@@ -61,7 +62,7 @@ def test_stock_loses_context_in_model_runner_v2_order_where_its_split_does(verdi
     """The tier can fail: where the installed stock split puts a row with context in its prefill
     region on a V2-ordered step, stock serves some chunked-prefill or prefix-hit request wrong."""
     verdict = verdicts["stock"]["v2-order"]
-    if vllm_releases.installed_drops_context_in_v2_order():
+    if probe.probe_stock_v2_order().affected:
         assert verdict.error is None, verdict.error
         assert not all(verdict.equal), "stock served every request as the oracle"
     else:
@@ -72,7 +73,7 @@ def test_stock_stops_on_eagle_where_its_split_asserts(verdicts: dict) -> None:
     """Where the installed stock split asserts on EAGLE's pure-decode metadata, the engine stops
     serving the EAGLE workload (0.20.0 to 0.23.0); elsewhere it serves it."""
     verdict = verdicts["stock"]["eagle"]
-    if vllm_releases.installed_is_affected():
+    if probe.probe_stock_split().affected:
         assert verdict.error is not None and "AssertionError" in verdict.error, verdict.error
     else:
         assert verdict.error is None, verdict.error

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import vllm
 
 from tests.conftest import summary_lines
 from tests.helpers import (
@@ -13,13 +12,12 @@ from tests.helpers import (
     forward_child,
     graph_replay,
     scheduler_trace,
-    vllm_releases,
 )
 from tests.helpers.aiter_triton import load_unified_attention
 from tests.helpers.forward_cases import CASES, FP8_EAGLE_CASE, FP8_FORMATS
 from tests.helpers.forward_checks import case_of
-from vllm_rocm_aiter_plugin import releases
 from vllm_rocm_aiter_plugin.builder import own_build_default
+from vllm_rocm_aiter_plugin.diagnostics import probe
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
 from vllm_rocm_aiter_plugin.diagnostics.forward.report import CaseResult, ForwardReport
 
@@ -46,7 +44,7 @@ def test_plugin_output_equals_the_reference_for_every_request(report, name):
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_stock_is_wrong_exactly_where_it_drops_context(report, name):
-    forward_checks.check_stock(case_of(report, name), report.merge_makes_nan_of_empty_states)
+    forward_checks.check_stock(case_of(report, name), report.facts)
 
 
 def test_stock_drops_context_somewhere_on_every_release(report):
@@ -54,7 +52,7 @@ def test_stock_drops_context_somewhere_on_every_release(report):
     wrong = [
         c.case for c in report.cases if "stock" in c.outcomes and c["stock"].wrong(c.tolerance)
     ]
-    assert bool(wrong) == vllm_releases.installed_drops_context_in_v2_order()
+    assert bool(wrong) == probe.probe_stock_v2_order().affected
 
 
 @pytest.mark.parametrize("name", [c.name for c in CASES if c.order == "v2"])
@@ -80,7 +78,7 @@ def test_the_plugins_impl_is_what_keeps_empty_chunks_finite(report):
     assert control.chunks == 2
     context_free = {r.req_id for r in control.rows if r.region == "extend" and not r.context}
     assert context_free == {"new-prompt"}
-    expected = context_free if report.merge_makes_nan_of_empty_states else set()
+    expected = context_free if report.facts.merge_nan else set()
     assert control.nan() == expected
     assert case["plugin"].nan() == set()
 
@@ -98,8 +96,7 @@ def test_the_plugins_impl_is_what_counts_the_sink_once(report):
     assert moved == {"new-prompt"}
     assert plugin.wrong(case.tolerance) == set()
     assert case_of(report, "multi-chunk-v2-sinks")["plugin"].chunks == 2
-    assert report.vllm_counts_sink_once == vllm_releases.installed_counts_sink_once()
-    if report.vllm_counts_sink_once:
+    if report.facts.counts_sink_once:
         assert [r.error for r in control.rows] == [r.error for r in plugin.rows]
         return
     assert moved <= control.wrong(case.tolerance)
@@ -115,16 +112,14 @@ def test_steps_of_vllms_scheduler(report):
     """Steps of vLLM's Scheduler on the serving trace's workloads where stock drops context in
     V2 order, in V2 and V1 order: the plugin is right on every request; stock only in V1."""
     cases = [c for c in report.cases if c.case.startswith("scheduler-")]
-    orders = 1 if report.v1_order_absent else 2  # V1 order only where vLLM has that runner
+    orders = 1 if report.facts.no_v1_runner else 2  # V1 order only where vLLM has that runner
     assert len(cases) == orders * len(scheduler_trace.SCHEDULER_WORKLOADS)
-    merge_nan = report.merge_makes_nan_of_empty_states
     for case in cases:
         forward_checks.check_plugin(case)
-        forward_checks.check_stock(case, merge_nan)
+        forward_checks.check_stock(case, report.facts)
         forward_checks.check_chunks(case)
-        assert bool(forward_checks.expected_stock_wrong(case, merge_nan)) == (case.order == "v2"), (
-            case.case
-        )
+        expected = forward_checks.expected_stock_wrong(case, report.facts)
+        assert bool(expected) == (case.order == "v2"), case.case
 
 
 def test_vllms_own_kernels_ran(report):
@@ -232,9 +227,9 @@ def test_every_case_runs_on_cpu(report):
     non_causal = {c.name for c in CASES if not c.causal}
     shuffle = {c.name for c in CASES if c.shuffle}
     expected = set() if runner.builds_non_causal_batches() else non_causal
-    if harness.shuffle_layout_unavailable():
+    if probe.shuffle_layout_unavailable():
         expected |= shuffle
-    if not harness.takes_sinks():
+    if not probe.takes_sinks():
         expected |= {c.name for c in CASES if c.sinks}
     if report.shuffle_write_ignores_kv_scales:
         expected |= {c.name for c in CASES if c.shuffle and c.fp8 and c.k_scale != 1.0}
@@ -335,7 +330,7 @@ def _scaled_fp8(name: str) -> bool:
 def test_shuffle_cases_run_where_stocks_layout_runs(report):
     """Set aside exactly where stock's layout cannot run; and the fp8 cases with KV scales where
     this release's cache write ignores them (0.30: stock's and the plugin's alike)."""
-    unavailable = harness.shuffle_layout_unavailable()
+    unavailable = probe.shuffle_layout_unavailable()
     ignores = report.shuffle_write_ignores_kv_scales
     assert not isinstance(ignores, str), ignores  # the probe itself failed
     for case in _ran(report):
@@ -344,15 +339,6 @@ def test_shuffle_cases_run_where_stocks_layout_runs(report):
             assert why is not None and "ignores the KV scales" in why, case.case
         else:
             assert why == unavailable, case.case
-
-
-def test_the_shuffle_write_keeps_the_kv_scales_on_the_ci_releases(report):
-    """The probe behind that set-aside, held to the CI releases' facts: 0.33's write keeps the
-    scales, and 0.23's layout does not run."""
-    if vllm.__version__ not in releases.CI:
-        pytest.skip(f"vLLM {vllm.__version__} is not a CI release; the facts cover those only")
-    runs = vllm.__version__ in releases.SHUFFLE_LAYOUT_RUNS
-    assert report.shuffle_write_ignores_kv_scales is (False if runs else None)
 
 
 def test_the_plugins_builder_runs_vllms_build_under_shuffle_and_its_own_elsewhere(report):
@@ -365,15 +351,15 @@ def test_the_plugins_builder_runs_vllms_build_under_shuffle_and_its_own_elsewher
     shuffle = {c.name for c in SHUFFLE_CASES}
     for name, body in bodies.items():
         assert body is (False if name in shuffle else own), name
-    if harness.shuffle_layout_unavailable() is None:
+    if probe.shuffle_layout_unavailable() is None:
         assert _applicable(report) <= set(bodies)
 
 
 def test_vllms_shuffle_write_ran_on_every_shuffle_step(report):
     from vllm.v1.attention.backends import rocm_aiter_fa
 
-    if harness.shuffle_layout_unavailable():
-        pytest.skip(harness.shuffle_layout_unavailable())
+    if probe.shuffle_layout_unavailable():
+        pytest.skip(probe.shuffle_layout_unavailable())
     if harness.SHUFFLE_WRITE_NAME in vars(rocm_aiter_fa):
         pytest.skip("on ROCm the tier runs vLLM's own shuffle write as it is, uncounted")
     calls = report.shuffle_write_calls
@@ -503,7 +489,7 @@ def test_mutation_a_kernel_that_drops_the_sink_on_causal_calls_fails_the_tier():
     compensation (docs/upstream/aiter.md), drops the sink on the causal new-token call: the
     only call the plugin gives it. The forward tier, with the reference doing the same, must
     find the plugin's extend rows off their references."""
-    if not harness.takes_sinks():
+    if not probe.takes_sinks():
         pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
     report = forward_child.tier_report_or_skip()
     (case,), _ = forward_child.mutated(report, "reference-drops-sink-on-causal-calls")
@@ -523,7 +509,7 @@ def test_a_kernel_that_drops_the_sink_on_the_new_token_call_makes_the_doctor_say
     from vllm_rocm_aiter_plugin.diagnostics.forward.cases import DOCTOR_SINK_CASE, doctor_steps
     from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardReport
 
-    if not harness.takes_sinks():
+    if not probe.takes_sinks():
         pytest.skip("this release's ROCM_AITER_FA takes no attention sinks: no sink step")
     assert DOCTOR_SINK_CASE in doctor_steps(None, "cpu")
     report = forward_child.tier_report_or_skip()

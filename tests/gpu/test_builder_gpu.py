@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import vllm_releases
 from tests.helpers.metadata_compare import assert_same_metadata
-from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
 pytestmark = pytest.mark.gpu
@@ -86,7 +85,7 @@ def test_the_real_bug_on_gpu(tiny_model_dir, device):
     batch = samples.make_batch(
         [4] * 5, [60 + i for i in range(5)], device=device, with_upper_bound=False
     )
-    if vllm_releases.installed_is_affected():
+    if probe.probe_stock_split().affected:
         with pytest.raises(AssertionError):
             stock_builder.build(0, batch)
     else:

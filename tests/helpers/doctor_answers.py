@@ -14,6 +14,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
     Resolution,
     Row,
 )
+from vllm_rocm_aiter_plugin.diagnostics.probe import ReleaseFacts
 
 STOCK = "vllm.v1.attention.backends.rocm_aiter_fa.AiterFlashAttentionBackend"
 
@@ -29,7 +30,8 @@ def forward(right: bool = True) -> doctor.ForwardCheck:
     outcomes = {kind: Outcome(kind, [0, 1, 0], 1, rows=[row]) for kind in ("stock", "registered")}
     case = CaseResult("c", "v2", {"block_size": 16, "head_size": 64}, tolerance=0.01,
                       order_ids=["a"], outcomes=outcomes)  # fmt: skip
-    report = ForwardReport(vllm="0", device="cpu", cases=[case])
+    facts = ReleaseFacts(False, False, None, False, None, None)
+    report = ForwardReport(vllm="0", device="cpu", cases=[case], facts=facts)
     return doctor.check_forward(report)
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import vllm_releases
 from vllm_rocm_aiter_plugin.diagnostics.forward.report import CaseResult, ForwardReport
+from vllm_rocm_aiter_plugin.diagnostics.probe import ReleaseFacts, probe_stock_split
 
 WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM
 
@@ -16,7 +16,7 @@ def causal(case: CaseResult) -> bool:
     return case.configuration.get("causal", True)
 
 
-def expected_stock_wrong(case: CaseResult, merge_nan: bool) -> set[str]:
+def expected_stock_wrong(case: CaseResult, facts: ReleaseFacts) -> set[str]:
     """Stock's rows that must be wrong: rows with context in its prefill region (that kernel
     attends to the new tokens only), and, where this release's merge makes NaN of two empty
     states, rows without context in an extend region of two chunks or more. On a non-causal
@@ -29,10 +29,10 @@ def expected_stock_wrong(case: CaseResult, merge_nan: bool) -> set[str]:
     if not causal(case):
         return {r.req_id for r in stock.rows if r.context and r.query > 1}
     wrong = {r.req_id for r in stock.rows if r.region == "prefill" and r.context}
-    if merge_nan and stock.chunks >= 2:
+    if facts.merge_nan and stock.chunks >= 2:
         wrong |= {r.req_id for r in stock.rows if r.region == "extend" and not r.context}
     sinks = case.configuration.get("sinks") and not case.configuration.get("sliding_window")
-    if sinks and stock.chunks and not vllm_releases.installed_counts_sink_once():
+    if sinks and stock.chunks and not facts.counts_sink_once:
         wrong |= {r.req_id for r in stock.rows if r.region == "extend"}
     return wrong
 
@@ -56,14 +56,14 @@ def check_plugin(case: CaseResult) -> None:
     assert context_free and not plugin.wrong(case.tolerance) & context_free
 
 
-def check_stock(case: CaseResult, merge_nan: bool) -> None:
+def check_stock(case: CaseResult, facts: ReleaseFacts) -> None:
     """Stock is wrong exactly where it drops context (or crashes, on the affected releases)."""
     stock = case["stock"]
     if stock.error:  # the EAGLE crash: a pure-decode batch without the upper bound
-        assert vllm_releases.installed_is_affected(), stock.error
+        assert probe_stock_split().affected, stock.error
         assert stock.error.startswith("build raises AssertionError"), stock.error
         return
-    assert stock.wrong(case.tolerance) == expected_stock_wrong(case, merge_nan), case.case
+    assert stock.wrong(case.tolerance) == expected_stock_wrong(case, facts), case.case
 
 
 def check_chunks(case: CaseResult) -> None:
@@ -74,7 +74,7 @@ def check_chunks(case: CaseResult) -> None:
     if case.order != "v2" or case.v1_stock_chunks is None:
         return
     if isinstance(case.v1_stock_chunks, str):  # stock cannot build it (the EAGLE crash)
-        assert vllm_releases.installed_is_affected(), case.v1_stock_chunks
+        assert probe_stock_split().affected, case.v1_stock_chunks
         return
     assert plugin.chunks <= case.v1_stock_chunks, case.case
 
@@ -82,10 +82,10 @@ def check_chunks(case: CaseResult) -> None:
 def case_of(report: ForwardReport, name: str) -> CaseResult:
     """The case ``name`` of ``report``; a skip saying why where it did not run: absent (a V1-order
     case on a vLLM without the V1 runner) or set aside (``not_applicable``)."""
-    case = report.case(name)
+    case, facts = report.case(name), report.facts
     if case is None:
-        assert report.v1_order_absent, f"{name} is missing from the report"
-        pytest.skip(report.v1_order_absent)
+        assert facts is not None and facts.no_v1_runner, f"{name} is missing from the report"
+        pytest.skip(facts.no_v1_runner)
     if case.not_applicable:
         pytest.skip(case.not_applicable)
     return case
@@ -95,7 +95,8 @@ def check_case(report: ForwardReport, name: str) -> None:
     """Every assertion of the forward tiers on one case of ``report``."""
     case = case_of(report, name)
     check_plugin(case)
-    check_stock(case, report.merge_makes_nan_of_empty_states)
+    assert report.facts is not None
+    check_stock(case, report.facts)
     check_chunks(case)
 
 

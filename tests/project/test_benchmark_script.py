@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import vllm_releases
 from tests.helpers.subprocess_util import REPO_ROOT
 from vllm_rocm_aiter_plugin import builder
+from vllm_rocm_aiter_plugin.diagnostics import probe
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
 
 
@@ -39,7 +39,7 @@ def test_benchmark_script_reports_both_sides(tmp_path):
         ("extend-heavy", 1),
         ("extend-heavy", 8),
     }
-    affected = vllm_releases.installed_is_affected()
+    affected = probe.probe_stock_split().affected
     own_path = builder.own_build_default()
     for (shape, n), row in rows.items():
         assert row["split_plugin_us"] > 0 and row["build_plugin_us"] > 0

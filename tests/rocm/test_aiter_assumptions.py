@@ -115,9 +115,9 @@ def test_each_call_counts_the_sink_once_and_a_key_less_row_gets_it_as_lse(device
     """The sink semantics the references take from CK's source (``reference_kernels.attend``):
     the sink in the call's softmax and lse once; a row with no keys gives output 0 and lse = the
     sink. The plugin's impl (and the proposed upstream fix) relies on it to count the sink once."""
-    from vllm_rocm_aiter_plugin.diagnostics.forward import harness
+    from vllm_rocm_aiter_plugin.diagnostics import probe
 
-    if not harness.takes_sinks():
+    if not probe.takes_sinks():
         pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
     case = next(c for c in CASES if c.sinks and shape[2] == c.num_heads)
     sink = case.sink_tensor(device)
@@ -144,9 +144,9 @@ def test_the_causal_new_token_call_counts_the_sink_once(device, shape):
     to -inf under a mask (without AITER's compensation) drops it here, and the plugin would then
     count it zero times; so does AITER's v3 assembly route, stock and the plugin alike
     (docs/upstream/aiter.md)."""
-    from vllm_rocm_aiter_plugin.diagnostics.forward import harness
+    from vllm_rocm_aiter_plugin.diagnostics import probe
 
-    if not harness.takes_sinks():
+    if not probe.takes_sinks():
         pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
     case = next(c for c in CASES if c.sinks and shape[2] == c.num_heads)
     sink = case.sink_tensor(device)

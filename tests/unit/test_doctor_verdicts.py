@@ -12,7 +12,7 @@ import pytest
 from vllm.v1.attention.backends import utils as stock_utils
 from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionMetadataBuilder
 
-from tests.helpers import doctor_answers, vllm_releases
+from tests.helpers import doctor_answers
 from tests.helpers.doctor_answers import healthy_in_process_checks, passing_fresh_process_checks
 from tests.helpers.subprocess_util import CLEARED
 from vllm_rocm_aiter_plugin import policy
@@ -75,15 +75,13 @@ class _AttributeSplitBuilder(PluginAiterFlashAttentionMetadataBuilder):
 def test_verdict_comes_from_building_batches_not_from_resolution():
     """ROCM_AITER_FA resolves to the plugin, but its builder runs stock's split: NOT active."""
     behaviour = probe.check_builder_behaviour(_AttributeSplitBuilder)
-    assert behaviour["v2_order"]["ok"] is not vllm_releases.installed_drops_context_in_v2_order()
-    assert behaviour["eagle_pure_decode"]["ok"] is not vllm_releases.installed_is_affected()
+    assert behaviour["v2_order"]["ok"] is not probe.probe_stock_v2_order().affected
+    assert behaviour["eagle_pure_decode"]["ok"] is not probe.probe_stock_split().affected
     resolved = doctor_answers.resolution()
     resolved.behaviour = behaviour
     report = doctor.collect({**passing_fresh_process_checks(), "resolution": lambda: resolved})
     assert doctor.resolves_to_plugin(report.resolution)
-    harmed = vllm_releases.installed_is_affected() or (
-        vllm_releases.installed_drops_context_in_v2_order()
-    )
+    harmed = probe.probe_stock_split().affected or (probe.probe_stock_v2_order().affected)
     assert report.exit_code == (1 if harmed else 0)
     if harmed:
         assert report.verdict.startswith("fix NOT working")

@@ -12,14 +12,13 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadata,
 )
 
-from tests.helpers import vllm_releases
 from tests.helpers.depth import randomised
 from tests.helpers.forward_child import controls
 from tests.helpers.metadata_compare import assert_same_metadata
 from tests.helpers.model_runner_v2 import Step, needs_v1_order, v2_steps
 from tests.helpers.oracle import oracle_split, rows_attending_wrongly
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
-from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import chunk, decode, in_order, prompt
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group, build_through_v2
@@ -199,7 +198,7 @@ def test_eagle_draft_metadata_through_model_runner_v2(groups, num_reqs, num_reqs
     clamped = torch.clamp(torch.arange(num_reqs_padded + 1, dtype=torch.int32), max=num_reqs)
     assert torch.equal(cam.query_start_loc_cpu, clamped)
 
-    if vllm_releases.installed_is_affected():
+    if probe.probe_stock_split().affected:
         with pytest.raises(AssertionError):
             groups.build(threshold, "stock", cam, max_query_len=1, with_upper_bound=False)
     else:

@@ -14,7 +14,8 @@ from tests.helpers.depth import randomised
 from tests.helpers.forward_cases import CASES
 from tests.helpers.scheduler_trace import prompt_before_context
 from vllm_rocm_aiter_plugin import impl
-from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics import probe
+from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
 
 SINK_CASES = [c for c in CASES if c.sinks]
@@ -128,7 +129,7 @@ def test_the_plugins_ops_pass_the_sink_to_the_new_token_call_only():
     (ROCm), the reference elsewhere."""
     from vllm._aiter_ops import rocm_aiter_ops
 
-    if not harness.takes_sinks():
+    if not probe.takes_sinks():
         pytest.skip("this release's ROCM_AITER_FA takes no attention sinks (no sink_ptr to pass)")
     ops = impl.sink_in_new_token_call_only(rocm_aiter_ops)
     assert issubclass(ops, rocm_aiter_ops)

@@ -127,7 +127,7 @@ def _attention_output(out: TextIO) -> bool:
               f"4) in vLLM's own V1 order: {steps}. The 2-token new prompt lands in an extend "
               f"region of {bug_3_case['stock'].chunks} context chunks, where it has no context "
               "to read.", file=out)  # fmt: skip
-    if not report.merge_makes_nan_of_empty_states:
+    if report.facts is not None and not report.facts.merge_nan:
         print(f"  Bug 3 does not apply to vLLM {report.vllm}: its merge keeps two empty "
               "chunks finite.", file=out)  # fmt: skip
     return _output_table(out, bug_3_case) and right

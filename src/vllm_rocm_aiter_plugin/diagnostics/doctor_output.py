@@ -16,7 +16,7 @@ from vllm_rocm_aiter_plugin.diagnostics.doctor import (
     collect,
     resolves_to_plugin,
 )
-from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardReport
+from vllm_rocm_aiter_plugin.diagnostics.probe import ReleaseFacts
 
 
 def run(
@@ -106,15 +106,16 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
 
 def _forward_rows(check: ForwardCheck) -> list[tuple[str, Any]]:
     forward = check.report
-    first = forward.cases[0]
+    first, facts = forward.cases[0], forward.facts
+    assert facts is not None  # the cases ran, so the release was probed
     compared = (
         "vLLM has no V1 runner to compare with"
-        if forward.v1_order_absent
+        if facts.no_v1_runner
         else f"vLLM, in its own V1 order: {_fmt(first.v1_stock_chunks)}"
     )
     merge = (
         "vLLM's merge gives NaN on this vLLM; the plugin's output stays finite"
-        if forward.merge_makes_nan_of_empty_states
+        if facts.merge_nan
         else "vLLM's merge keeps them finite on this vLLM"
     )
     return [
@@ -127,21 +128,21 @@ def _forward_rows(check: ForwardCheck) -> list[tuple[str, Any]]:
             "request's cached context: fewer passes, a faster step",
         ),
         ("  two empty context chunks", merge),
-        ("  attention sinks", sinks_line(forward)),
+        ("  attention sinks", sinks_line(facts)),
     ]
 
 
-def sinks_line(forward: ForwardReport) -> str:
+def sinks_line(facts: ReleaseFacts) -> str:
     """What the plugin does with a layer's attention sinks on this vLLM, from vLLM's own extend
     path as the forward child ran it."""
-    if not forward.takes_sinks:
+    if not facts.takes_sinks:
         return "this vLLM's ROCM_AITER_FA takes none"
-    if forward.vllm_counts_sink_once:
+    if facts.counts_sink_once:
         return (
             "vLLM's extend path counts a sink once itself (fixed upstream in 0.34.0): the "
             "plugin leaves it as it is"
         )
-    if forward.vllm_counts_sink_once is None:
+    if facts.counts_sink_once is None:
         return (
             "could not be read off vLLM's extend path: the plugin passes the sink to the "
             "new-token call only, which counts it once either way"

@@ -109,6 +109,13 @@ def v1_order(
     return table.req_ids
 
 
+def builds_non_causal_batches() -> bool:
+    """Whether this release's model-runner V2 can build a non-causal batch (0.33)."""
+    from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+
+    return "causal" in inspect.signature(build_attn_metadata).parameters
+
+
 def kv_cache_config(layer_names: Sequence[str], spec: Any, num_blocks: int = 1) -> Any:
     from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 

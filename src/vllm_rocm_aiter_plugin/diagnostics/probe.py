@@ -1,10 +1,18 @@
-"""Probes of the installed vLLM, shared by the demo and the doctor: behaviour, not version strings."""
+"""Probes of the installed vLLM, shared by the demo, the doctor, compat and the tests: behaviour,
+not version strings; one probe for each fact."""
 
 from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+
+from vllm_rocm_aiter_plugin.rebind import loads_global
+
+SHUFFLE_WRITE_NAME = "reshape_and_cache_shuffle_triton"
+"""vLLM's shuffle-layout cache write (a Triton kernel it defines only on ROCm)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,72 @@ def probe_stock_v2_order() -> SplitProbe:
         )
     return SplitProbe(
         False, f"stock split returns {counts}: no row with context in the prefill region"
+    )
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """What the installed vLLM does that the plugin and its checks depend on, each found by running
+    vLLM's code where it runs (the merge's Triton kernel needs Triton's interpreter on CPU)."""
+
+    merge_nan: bool  # vLLM's merge_attn_states turns two empty states into NaN (fixed in 0.26.0)
+    takes_sinks: bool  # ROCM_AITER_FA supports attention sinks (``supports_sink``)
+    counts_sink_once: bool | None  # vLLM's extend path passes a sink to one call (0.34.0)
+    non_causal_batches: bool  # model-runner V2's build_attn_metadata takes ``causal`` (0.33.0)
+    no_shuffle_layout: str | None  # why stock's shuffle layout cannot run right, or None
+    no_v1_runner: str | None  # why there are no V1-order steps (0.34.0 removed V1), or None
+
+
+def takes_sinks() -> bool:
+    """Whether this release's ROCM_AITER_FA backend says it supports attention sinks."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
+
+    supports_sink = getattr(AiterFlashAttentionBackend, "supports_sink", None)
+    return bool(supports_sink and supports_sink())
+
+
+NO_SHUFFLE_LAYOUT = "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
+
+
+def shuffle_layout_unavailable() -> str | None:
+    """Why stock's shuffle KV-cache layout cannot run right here, or None: this vLLM has none, or
+    keeps K and V interleaved within each block (``get_kv_cache_shape``), which AITER's shuffle decode
+    cannot read (``docs/upstream/README.md``)."""
+    from vllm.v1.attention.backends import rocm_aiter_fa
+
+    backend = rocm_aiter_fa.AiterFlashAttentionBackend
+    if not loads_global(rocm_aiter_fa.AiterFlashAttentionImpl.do_kv_cache_update.__code__,
+                        SHUFFLE_WRITE_NAME):  # fmt: skip
+        return NO_SHUFFLE_LAYOUT
+    if hasattr(backend, "get_kv_cache_shape"):
+        return (
+            "this vLLM's shuffle layout keeps K and V interleaved within each block, which "
+            "AITER's shuffle decode cannot read (an upstream defect, stock's and the plugin's "
+            "alike: docs/upstream/README.md)"
+        )
+    return None
+
+
+def release_facts(device: torch.device) -> ReleaseFacts:
+    """Each probe, run on the installed vLLM (on ``device``, the merge's)."""
+    from vllm.v1.attention.backends import rocm_aiter_fa
+
+    from vllm_rocm_aiter_plugin import impl
+    from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
+        builds_non_causal_batches,
+        why_no_v1_order,
+    )
+
+    merge = vars(rocm_aiter_fa)[impl.MERGE_GLOBAL_NAME]  # the one vLLM's extend path calls
+    return ReleaseFacts(
+        merge_nan=impl.merge_makes_nan_of_empty_states(merge, device, torch.float16, 64),
+        takes_sinks=takes_sinks(),
+        counts_sink_once=impl.vllm_counts_sink_once(
+            rocm_aiter_fa.AiterFlashAttentionImpl.extend_forward
+        ),
+        non_causal_batches=builds_non_causal_batches(),
+        no_shuffle_layout=shuffle_layout_unavailable(),
+        no_v1_runner=why_no_v1_order(),
     )
 
 

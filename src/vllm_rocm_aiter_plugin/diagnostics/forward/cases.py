@@ -366,11 +366,11 @@ def doctor_steps(configuration: ServingConfiguration | None, device: str) -> lis
     new-token call. In the operator's ``configuration`` where one is given. In the shuffle
     KV-cache layout, where vLLM serves no EAGLE verification and no sinks, the first step and the
     sink step's batch without sinks: its decode takes the layout's own decode kernel."""
-    from vllm_rocm_aiter_plugin.diagnostics.forward import harness
+    from vllm_rocm_aiter_plugin.diagnostics import probe
 
     configuration = configuration or ServingConfiguration()
-    if configuration.kv_cache_layout == "SHUFFLE" and harness.shuffle_layout_unavailable() == (
-        harness.NO_SHUFFLE_LAYOUT
+    if configuration.kv_cache_layout == "SHUFFLE" and probe.shuffle_layout_unavailable() == (
+        probe.NO_SHUFFLE_LAYOUT
     ):
         configuration = dataclasses.replace(configuration, kv_cache_layout=None)  # vLLM ignores it
     if configuration.kv_cache_layout == "SHUFFLE":
@@ -380,7 +380,7 @@ def doctor_steps(configuration: ServingConfiguration | None, device: str) -> lis
         steps = [DOCTOR_CASE, decode_step]
     else:
         steps = [DOCTOR_CASE, DOCTOR_EAGLE_CASE]
-        steps += [DOCTOR_SINK_CASE] * harness.takes_sinks()
+        steps += [DOCTOR_SINK_CASE] * probe.takes_sinks()
     changes = configuration.changes(device)
     return [dataclasses.replace(case, **changes) for case in steps]
 

@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.probe import SHUFFLE_WRITE_NAME
 from vllm_rocm_aiter_plugin.rebind import loads_global, with_globals
 
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 GATHER_NAME = "cp_mha_gather_cache"
-SHUFFLE_WRITE_NAME = "reshape_and_cache_shuffle_triton"
+
 MERGE_NAME = "merge_attn_states"
 AITER_OPS_NAME = "rocm_aiter_ops"
 
@@ -293,36 +294,6 @@ def shuffle_layout_ops() -> type:
         (rocm_aiter_ops,),
         {"is_shuffle_kv_cache_enabled": classmethod(lambda cls: True)},
     )
-
-
-def takes_sinks() -> bool:
-    """Whether this release's ROCM_AITER_FA backend says it supports attention sinks."""
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
-
-    supports_sink = getattr(AiterFlashAttentionBackend, "supports_sink", None)
-    return bool(supports_sink and supports_sink())
-
-
-NO_SHUFFLE_LAYOUT = "this vLLM's ROCM_AITER_FA has no shuffle KV-cache layout"
-
-
-def shuffle_layout_unavailable() -> str | None:
-    """Why stock's shuffle KV-cache layout cannot run right here, or None: this vLLM has none, or
-    keeps K and V interleaved within each block (``get_kv_cache_shape``), which AITER's shuffle decode
-    cannot read (``docs/upstream/README.md``)."""
-    from vllm.v1.attention.backends import rocm_aiter_fa
-
-    backend = rocm_aiter_fa.AiterFlashAttentionBackend
-    if not loads_global(rocm_aiter_fa.AiterFlashAttentionImpl.do_kv_cache_update.__code__,
-                        SHUFFLE_WRITE_NAME):  # fmt: skip
-        return NO_SHUFFLE_LAYOUT
-    if hasattr(backend, "get_kv_cache_shape"):
-        return (
-            "this vLLM's shuffle layout keeps K and V interleaved within each block, which "
-            "AITER's shuffle decode cannot read (an upstream defect, stock's and the plugin's "
-            "alike: docs/upstream/README.md)"
-        )
-    return None
 
 
 class PlatformWithFp8:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
+from vllm_rocm_aiter_plugin.diagnostics.probe import ReleaseFacts
 
 DEFAULT_KERNEL_BUDGET = 64
 """vLLM's Triton gather, merge and shuffle-write kernels (slow in the interpreter: each token is a
@@ -127,10 +128,7 @@ class ForwardReport:
     plugin_file: str = ""
     device: str = ""
     gather: str = ""
-    v1_order_absent: str | None = None
-    takes_sinks: bool = False
-    vllm_counts_sink_once: bool | None = None
-    merge_makes_nan_of_empty_states: bool = False
+    facts: ReleaseFacts | None = None
     cases: list[CaseResult] = field(default_factory=list)
     resolution: Resolution | None = None
     resolution_error: str | None = None
@@ -150,11 +148,12 @@ class ForwardReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ForwardReport:
-        resolution = data.get("resolution")
+        resolution, facts = data.get("resolution"), data.get("facts")
         return cls(**{
             **data,
             "cases": [CaseResult.from_json(c) for c in data.get("cases", [])],
             "resolution": Resolution(**resolution) if resolution else None,
+            "facts": ReleaseFacts(**facts) if facts else None,
         })  # fmt: skip
 
     def kernels_line(self) -> str:

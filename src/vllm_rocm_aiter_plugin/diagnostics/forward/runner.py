@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vllm_rocm_aiter_plugin.diagnostics import child
+from vllm_rocm_aiter_plugin.diagnostics import child, probe
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     TOLERANCE,
@@ -34,7 +34,10 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
     Resolution,
     Row,
 )
-from vllm_rocm_aiter_plugin.diagnostics.model_runner import why_no_v1_order
+from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
+    builds_non_causal_batches,
+    why_no_v1_order,
+)
 
 KINDS = ("stock", "plugin")
 
@@ -162,7 +165,7 @@ class Runner:
         """Whether vLLM's shuffle-layout cache write stores fp8 values without the layer's KV
         scales (measured on its kernel); None where that layout cannot run here; a string saying
         why the measurement failed (the cases it decides are then set aside with it)."""
-        if self.shuffle_write.kernel is None or harness.shuffle_layout_unavailable():
+        if self.shuffle_write.kernel is None or probe.shuffle_layout_unavailable():
             return None
         from vllm.platforms import current_platform
 
@@ -281,10 +284,7 @@ class Runner:
             plugin_file=vllm_rocm_aiter_plugin.__file__ or "",
             device=str(self.device),
             gather=self.gather_origin,
-            v1_order_absent=why_no_v1_order(),
-            takes_sinks=harness.takes_sinks(),
-            vllm_counts_sink_once=vllm_counts_sink_once_here(),
-            merge_makes_nan_of_empty_states=release_merge_makes_nan_of_empty_states(self.device),
+            facts=probe.release_facts(self.device),
         )
 
     def count_calls(self, report: ForwardReport) -> None:
@@ -321,9 +321,9 @@ def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
     """Why ``case`` cannot run on ``device``, or None: a sinks case where this release's
     ROCM_AITER_FA takes no sinks; a non-causal case where its model-runner V2 builds causal
     batches only; a shuffle-layout case where stock's shuffle layout cannot run right
-    (:func:`harness.shuffle_layout_unavailable`); an fp8 format that is not the GPU's own (a GPU
+    (:func:`probe.shuffle_layout_unavailable`); an fp8 format that is not the GPU's own (a GPU
     reads an fp8 cache in its ``current_platform.fp8_dtype()``; the CPU tier runs every one)."""
-    if case.sinks and not harness.takes_sinks():
+    if case.sinks and not probe.takes_sinks():
         return "this release's ROCM_AITER_FA takes no attention sinks (supports_sink)"
     if not case.causal and not builds_non_causal_batches():
         return (
@@ -331,7 +331,7 @@ def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
             "build_attn_metadata takes no causal)"
         )
     if case.shuffle:
-        unavailable = harness.shuffle_layout_unavailable()
+        unavailable = probe.shuffle_layout_unavailable()
         if unavailable:
             return unavailable
     if not case.fp8 or device.type == "cpu":
@@ -347,41 +347,9 @@ def not_applicable_here(case: ForwardCase, device: torch.device) -> str | None:
     )
 
 
-def vllm_counts_sink_once_here() -> bool | None:
-    """Whether this release's own ``extend_forward`` counts a sink once (``impl``'s run of it)."""
-    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionImpl
-
-    from vllm_rocm_aiter_plugin.impl import vllm_counts_sink_once
-
-    return vllm_counts_sink_once(AiterFlashAttentionImpl.extend_forward)
-
-
-def builds_non_causal_batches() -> bool:
-    """Whether this release's model-runner V2 can build a non-causal batch (0.33)."""
-    import inspect
-
-    from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
-
-    return "causal" in inspect.signature(build_attn_metadata).parameters
-
-
 def chunks_of(meta: Any) -> int:
     extend = meta.extend_metadata
     return 0 if extend is None else int(extend.chunk_context_metadata.num_chunks)
-
-
-def release_merge_makes_nan_of_empty_states(device: torch.device) -> bool:
-    """vLLM's own ``merge_attn_states`` on one token whose both sides are empty (lse -inf)."""
-    from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
-
-    empty = torch.zeros(1, 1, 64, dtype=torch.float16, device=device)
-    lse = torch.full((1, 1), float("-inf"), device=device)
-    out, out_lse = torch.empty_like(empty), torch.empty_like(lse)
-    merge_attn_states(
-        output=out, prefix_output=empty, prefix_lse=lse, suffix_output=empty.clone(),
-        suffix_lse=lse.clone(), output_lse=out_lse,
-    )  # fmt: skip
-    return bool(out.isnan().any() or out_lse.isnan().any())
 
 
 def why_unavailable(device: torch.device) -> str | None:
