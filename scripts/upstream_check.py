@@ -189,9 +189,10 @@ print(json.dumps({"vllm_file": vllm.__file__, "eagle_crash": eagle.affected,
 
 FORWARD = """
 import json
-from tests.helpers import forward_cases, forward_child  # the checkout is the working directory
+from tests.helpers import forward_child
+from vllm_rocm_aiter_plugin.diagnostics.forward import cases  # the checkout is the working directory
 from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardRequest
-request = ForwardRequest(list(forward_cases.CASES), kinds=["stock"])
+request = ForwardRequest(list(cases.CASES), kinds=["stock"])
 report = forward_child.run_in_child(forward_child.TierRequest(request, scheduler_steps=True))
 print(json.dumps(report.to_json()))
 """

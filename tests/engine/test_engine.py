@@ -1,4 +1,4 @@
-"""vLLM's engine serves every request through ``ROCM_AITER_FA`` as the workload's oracle serves it
+"""vLLM's engine serves every request through ``ROCM_AITER_FA`` as the run's oracle serves it
 (``CPU_ATTN`` where this vLLM compiles its CPU ops), with the plugin; stock does not, where the
 installed release has the bugs the plugin fixes."""
 
@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import summary_lines
 from tests.helpers import engine_comparison, vllm_releases
 from tests.helpers.engine_comparison import Comparison
-from tests.helpers.engine_workloads import WORKLOADS, WORKLOADS_BY_NAME, save_models
+from tests.helpers.engine_runs import ENGINE_RUNS, ENGINE_RUNS_BY_NAME, save_models
 from vllm_rocm_aiter_plugin.diagnostics import probe
 
 pytestmark = pytest.mark.engine
@@ -29,7 +29,7 @@ def comparisons(served: dict[str, dict[str, dict]], server: str) -> dict[str, Co
         w.name: engine_comparison.compare(
             served[server][w.name], served[engine_comparison.oracle_of(w)][w.name]
         )
-        for w in WORKLOADS
+        for w in ENGINE_RUNS
     }
 
 
@@ -40,19 +40,19 @@ def verdicts(served: dict, request: pytest.FixtureRequest) -> dict[str, dict[str
         vllm_releases.release(),
         list(result["plugin"].values()),
         list(result["stock"].values()),
-        {w.name: engine_comparison.oracle_of(w) for w in WORKLOADS},
+        {w.name: engine_comparison.oracle_of(w) for w in ENGINE_RUNS},
     )
     summary_lines(request.config).append(line)
     return result
 
 
-@pytest.mark.parametrize("workload", [w.name for w in WORKLOADS])
-def test_the_plugin_serves_every_request_as_the_oracle(verdicts: dict, workload: str) -> None:
-    verdict = verdicts["plugin"][workload]
+@pytest.mark.parametrize("run", [w.name for w in ENGINE_RUNS])
+def test_the_plugin_serves_every_request_as_the_oracle(verdicts: dict, run: str) -> None:
+    verdict = verdicts["plugin"][run]
     assert verdict.error is None, verdict.error
-    oracle = engine_comparison.oracle_of(WORKLOADS_BY_NAME[workload])
+    oracle = engine_comparison.oracle_of(ENGINE_RUNS_BY_NAME[run])
     assert all(verdict.equal), (
-        f"{workload} ({WORKLOADS_BY_NAME[workload].covers}): requests "
+        f"{run} ({ENGINE_RUNS_BY_NAME[run].covers}): requests "
         f"{[i for i, ok in enumerate(verdict.equal) if not ok]} differ from {oracle} "
         f"(largest logprob difference {verdict.largest_logprob_difference:.3g})"
     )
@@ -71,7 +71,7 @@ def test_stock_loses_context_in_model_runner_v2_order_where_its_split_does(verdi
 
 def test_stock_stops_on_eagle_where_its_split_asserts(verdicts: dict) -> None:
     """Where the installed stock split asserts on EAGLE's pure-decode metadata, the engine stops
-    serving the EAGLE workload (0.20.0 to 0.23.0); elsewhere it serves it."""
+    serving the EAGLE run (0.20.0 to 0.23.0); elsewhere it serves it."""
     verdict = verdicts["stock"]["eagle"]
     if probe.probe_stock_split().affected:
         assert verdict.error is not None and "AssertionError" in verdict.error, verdict.error
@@ -79,7 +79,7 @@ def test_stock_stops_on_eagle_where_its_split_asserts(verdicts: dict) -> None:
         assert verdict.error is None, verdict.error
 
 
-def test_rocm_aiter_fa_served_the_layers_and_paths_each_workload_needs(served: dict) -> None:
+def test_rocm_aiter_fa_served_the_layers_and_paths_each_run_needs(served: dict) -> None:
     """The runs under test were ROCM_AITER_FA's (the plugin's backend, or stock's), on every layer
     the draft's included, and EAGLE's verify rows reached AITER's ``unified_attention``, each
     call agreeing with the reference where AITER's own Triton kernel ran."""

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.project  # AITER's pinned kernel against the reference:
 
 
 def run_child(shapes: list[dict]) -> dict:
-    done = child.run(
-        ["-m", "tests.helpers.aiter_cross_check"], request=shapes, cwd=REPO_ROOT,
-        env=harness.INTERPRETER_ENV, timeout=600,
+    done = child.finish(
+        child.call("tests.helpers.aiter_cross_check:cross_check", shapes, cwd=REPO_ROOT,
+                   env=harness.INTERPRETER_ENV, timeout=600)
     )  # fmt: skip
     assert done.result is not None, done.output[-4000:]
     report = done.result

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.helpers import forward_checks, forward_child, graph_replay
-from tests.helpers.forward_cases import CASES
 from vllm_rocm_aiter_plugin.diagnostics.forward import runner
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardReport, ForwardRequest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.forward]

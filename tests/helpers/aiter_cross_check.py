@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from tests.helpers import aiter_triton
-from vllm_rocm_aiter_plugin.diagnostics import child
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
 
 
@@ -84,19 +83,14 @@ def aiter_modules() -> list[str]:
     return sorted(name for name in sys.modules if name.split(".")[0] == "aiter")
 
 
-def main() -> int:
+def cross_check(shapes: list[dict[str, Any]]) -> dict[str, Any]:
+    """In a fresh interpreter (``child.call``): AITER's kernel loaded, compared with the reference
+    on each shape; the process's driver and ``aiter`` modules before and after the loading."""
     before = {"driver": active_driver(), "aiter_modules": aiter_modules()}
     kernel, why_not = aiter_triton.load_unified_attention()
     after = {"driver": active_driver(), "aiter_modules": aiter_modules()}
-    shapes = child.read_request()
     if kernel is None:
-        child.report({"unavailable": why_not})
-        return 0
+        return {"unavailable": why_not}
     results = [compare(kernel, shape) for shape in shapes]
     report = {"kernel": kernel.origin, "results": results, "before": before, "after": after}
-    child.report({**report, **kernel.to_json()})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return {**report, **kernel.to_json()}

@@ -1,5 +1,5 @@
 """The engine tier's judgement: each request served with ``ROCM_AITER_FA`` against the same
-request served by the workload's oracle (vLLM's ``CPU_ATTN`` where this vLLM compiles its CPU
+request served by the run's oracle (vLLM's ``CPU_ATTN`` where this vLLM compiles its CPU
 ops) in the same engine, runner, model and prompts."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.engine_workloads import ENGINE_ENV, WORKLOADS, Workload
+from tests.helpers.engine_runs import ENGINE_ENV, ENGINE_RUNS, EngineRun
 from vllm_rocm_aiter_plugin.diagnostics import child
 
 ULPS = 8
@@ -38,14 +38,14 @@ ORACLES = {
     "ONE_PER_STEP": (
         "stock ROCM_AITER_FA with one request per step (max_num_seqs=1), where no step mixes a "
         "new prompt with a row that has context, so stock's split cannot misplace one; the "
-        "oracle of every workload where CPU_ATTN cannot run (missing_cpu_ops). CPU_ATTN "
+        "oracle of every run where CPU_ATTN cannot run (missing_cpu_ops). CPU_ATTN "
         "is no oracle for an fp8 cache: ROCM_AITER_FA's prefill and new-token calls attend to "
         "this step's K/V before it is quantised, CPU_ATTN reads every token back from the fp8 "
-        "cache, and the two differ by the quantisation, in tokens too. The workload cuts each "
+        "cache, and the two differ by the quantisation, in tokens too. The run cuts each "
         "request into the same steps alone as beside others, so both read the same K/V"
     ),
 }
-"""The reference each workload's requests are judged against (:func:`oracle_of`)."""
+"""The reference each run's requests are judged against (:func:`oracle_of`)."""
 
 
 @functools.cache
@@ -57,12 +57,12 @@ def missing_cpu_ops() -> str | None:
     return platform_finds()
 
 
-def oracle_of(workload: Workload) -> str:
-    """``workload.oracle``; where ``CPU_ATTN`` cannot run (:func:`missing_cpu_ops`), stock
+def oracle_of(run: EngineRun) -> str:
+    """``run.oracle``; where ``CPU_ATTN`` cannot run (:func:`missing_cpu_ops`), stock
     ``ROCM_AITER_FA`` one request per step (``docs/testing.md`` names the routes tried)."""
-    if workload.oracle == "CPU_ATTN" and missing_cpu_ops() is not None:
+    if run.oracle == "CPU_ATTN" and missing_cpu_ops() is not None:
         return "ONE_PER_STEP"
-    return workload.oracle
+    return run.oracle
 
 
 def tolerance(logprob: float) -> float:
@@ -74,9 +74,9 @@ def tolerance(logprob: float) -> float:
 
 @dataclass
 class Comparison:
-    """One workload served by one backend, request by request against the oracle's run."""
+    """One run served by one backend, request by request against the oracle's run."""
 
-    workload: str
+    run: str
     error: str | None
     equal: list[bool] = field(default_factory=list)
     largest_logprob_difference: float = 0.0
@@ -87,17 +87,17 @@ class Comparison:
 
 
 def compare(served: dict[str, Any], oracle: dict[str, Any]) -> Comparison:
-    """``served`` request by request against ``oracle`` (the same workload); an oracle that
+    """``served`` request by request against ``oracle`` (the same run); an oracle that
     could not serve it is the tier's own failure, never a verdict."""
     if "error" in oracle:
         raise RuntimeError(
-            f"the oracle could not serve {oracle['workload']}: {oracle['error']}\n"
+            f"the oracle could not serve {oracle['run']}: {oracle['error']}\n"
             f"{oracle.get('traceback', '')}"
         )
     wanted = oracle["requests"]
     if "error" in served:
-        return Comparison(served["workload"], served["error"], [False] * len(wanted))
-    result = Comparison(served["workload"], None)
+        return Comparison(served["run"], served["error"], [False] * len(wanted))
+    result = Comparison(served["run"], None)
     for got, want in zip(served["requests"], wanted, strict=True):
         same = got["tokens"] == want["tokens"] and len(got["logprobs"]) == len(want["logprobs"])
         for a, b in zip(got["logprobs"], want["logprobs"], strict=False):
@@ -108,15 +108,15 @@ def compare(served: dict[str, Any], oracle: dict[str, Any]) -> Comparison:
     return result
 
 
-def workloads_of(server: str) -> list[str]:
-    """The workloads ``server`` serves: an oracle its own, the backends under test all."""
-    return [w.name for w in WORKLOADS if server not in ORACLES or oracle_of(w) == server]
+def runs_of(server: str) -> list[str]:
+    """The runs ``server`` serves: an oracle its own, the backends under test all."""
+    return [r.name for r in ENGINE_RUNS if server not in ORACLES or oracle_of(r) == server]
 
 
 def serve_all(models: Path, timeout: float = 1800) -> dict[str, dict[str, dict]]:
-    """Every server with workloads (``SERVERS``), each in a new interpreter with the tier's
-    environment, as many at once as the machine has cores; their results by workload name."""
-    servers = [server for server in SERVERS if workloads_of(server)]
+    """Every server with runs (``SERVERS``), each in a new interpreter with the tier's
+    environment, as many at once as the machine has cores; their results by run name."""
+    servers = [server for server in SERVERS if runs_of(server)]
     at_once = max(1, min(len(servers), os.cpu_count() or 1))
     results: dict[str, dict[str, dict]] = {}
     for first in range(0, len(servers), at_once):
@@ -133,19 +133,18 @@ def serve_all(models: Path, timeout: float = 1800) -> dict[str, dict[str, dict]]
 
 def _start(server: str, models: Path, timeout: float) -> child.Started:
     backend, extra, one_per_step = SERVERS[server]
-    args = ["-m", "tests.helpers.engine_workloads", "--attention", backend,
-            "--models", str(models), "--workloads", *workloads_of(server)]  # fmt: skip
-    if one_per_step:
-        args.append("--one-request-per-step")
+    request = {"attention": backend, "models": str(models), "runs": runs_of(server),
+               "one_request_per_step": one_per_step}  # fmt: skip
     root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {"VLLM_ROCM_AITER_PLUGIN": None, **ENGINE_ENV, **extra, "PYTHONPATH": path}
-    return child.start(args, env=env, cwd=str(root), timeout=timeout)
+    return child.call("tests.helpers.engine_runs:serve_all", request, env=env, cwd=str(root),
+                      timeout=timeout)  # fmt: skip
 
 
 def _finish(server: str, started: child.Started) -> dict[str, dict]:
     done = child.finish(started)
-    results, names = done.result or {}, workloads_of(server)
+    results, names = done.result or {}, runs_of(server)
     if done.returncode != 0 or sorted(results) != sorted(names):
         raise RuntimeError(
             f"the engine child ({server}) exited {done.returncode} with {sorted(results)} of "
@@ -158,7 +157,7 @@ def summary_line(
     release: str, plugin: list[Comparison], stock: list[Comparison], oracles: dict[str, str]
 ) -> str:
     """``engine <release>: plugin k/n requests equal CPU_ATTN (...); stock j/n``, naming each
-    workload's oracle (``oracles``: workload name to ``ORACLES`` key)."""
+    run's oracle (``oracles``: run name to ``ORACLES`` key)."""
     n = sum(c.total for c in plugin)
     k = sum(sum(c.equal) for c in plugin)
     j = sum(sum(c.equal) for c in stock)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,7 @@ def run(tier: TierRequest) -> ForwardReport:
         if tier.graph_replays:
             report.extras["graph_replays"] = graph_replay.run_all(forward, backends)
         forward.count_calls(report)
-    from tests.helpers.forward_cases import CASES_BY_NAME
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES_BY_NAME
 
     for name, names in tier.mutations.items():
         on_aiter = tier.aiter_kernel and name not in forward_mutations.OF_THE_REFERENCE
@@ -141,8 +140,8 @@ def mutated(report: ForwardReport, name: str) -> tuple[list[CaseResult], dict[st
 def start(tier: TierRequest) -> child.Started:
     """:func:`run` started in a fresh interpreter, the repository's root on its path."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return child.start(
-        ["-m", __name__], request=tier.to_json(), timeout=3600,
+    return child.call(
+        f"{__name__}:run_json", tier.to_json(), timeout=3600,
         env={**runner.child_env(tier.forward.device), "PYTHONPATH": path},
     )  # fmt: skip
 
@@ -179,14 +178,9 @@ def merged(first: ForwardReport, second: ForwardReport) -> ForwardReport:
     )
 
 
-def main() -> int:
-    report = run(TierRequest.from_json(child.read_request()))
-    child.report(report.to_json())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def run_json(tier: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run` on a JSON request, the report as JSON (the child's side of :func:`start`)."""
+    return run(TierRequest.from_json(tier)).to_json()
 
 
 CONTROL_CASES = ("multi-chunk-v2", "64-prompts-v2", "v2-sinks")
@@ -202,7 +196,7 @@ def tier_report() -> ForwardReport:
     """The CPU forward tier's one run, read by every test of ``tests/forward/test_forward.py``:
     every case, the controls, the Scheduler's steps, the graph replays and the mutations, in two
     children side by side (each half the cases; the machines have two cores)."""
-    from tests.helpers.forward_cases import CASES
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
     halves = (
         TierRequest(ForwardRequest(list(CASES[0::2])), list(CONTROL_CASES), scheduler_steps=True,

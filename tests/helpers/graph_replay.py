@@ -15,37 +15,18 @@ import torch
 
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
+    CASES,
     TOLERANCE,
     ForwardCase,
     Request,
-    StepTensors,
     configuration,
     decode,
-    lay_out,
 )
 from vllm_rocm_aiter_plugin.diagnostics.forward.runner import own_build_ran
+from vllm_rocm_aiter_plugin.diagnostics.forward.steps import StepTensors, lay_out
 
-EAGLE_STEP = tuple(decode(f"decode-{i}", 60 + 13 * i, 4, 3) for i in range(4))
-DECODE_STEP = tuple(decode(f"decode-{i}", 60 + 13 * i) for i in range(4))
-
-REPLAY_CASES: tuple[ForwardCase, ...] = (
-    ForwardCase(
-        "graph-replay-eagle-padded",
-        EAGLE_STEP,
-        "v2",
-        spec_tokens=3,
-        num_padded_reqs=3,
-        note="EAGLE verification captured with padded requests, replayed on two later steps",
-    ),
-    ForwardCase(
-        "graph-replay-decode-sliding-window",
-        DECODE_STEP,
-        "v2",
-        sliding_window=32,
-        note="decodes under a sliding window: 0.33's builder writes their decode tables into "
-        "its own buffers at every build",
-    ),
-)
+REPLAY_CASES = tuple(case for case in CASES if case.graph_replay)
+"""The catalogue's cases a CUDA graph serves (uniform decodes), captured and replayed here."""
 
 
 def replay_steps(case: ForwardCase) -> list[tuple[Request, ...]]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from vllm_rocm_aiter_plugin.diagnostics import samples
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase, Request
+from vllm_rocm_aiter_plugin.diagnostics.forward.steps import in_order
 
 BLOCK_SIZE = 16
 NUM_BLOCKS = 16384  # 262144 tokens of KV cache: enough that nothing is preempted for lack of it
@@ -161,7 +162,7 @@ def from_scheduler_step(name: str, step: dict, order: str, **settings: object) -
 def prompt_before_context(case: ForwardCase) -> bool:
     """Whether the case's order puts a new prompt longer than the threshold before a row with
     context: the layout that makes a split assuming region order drop that row's context."""
-    rows = case.ordered()
+    rows = in_order(case.requests, case.order, case.threshold)
     return any(
         not row.context_len
         and row.query_len > case.threshold

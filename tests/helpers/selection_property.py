@@ -15,32 +15,6 @@ from typing import Any
 
 from tests.helpers.depth import examples
 
-EXTRA_KINDS: tuple[tuple[str, dict[str, Any], bool, str | None], ...] = (
-    # label, AttentionSelectorConfig fields, encoder-decoder model, the run's cache dtype
-    (
-        "sliding-window decoder layers with sinks",
-        {"has_sliding_window": True, "has_sink": True},
-        False,
-        None,
-    ),
-    ("decoder layers with a KV connector", {"use_kv_connector": True}, False, None),
-    ("MLA layers with a KV connector", {"use_mla": True, "use_kv_connector": True}, False, None),
-    ("decoder layers with a multimodal prefix", {"use_mm_prefix": True}, False, None),
-    ("decoder layers with per-head quant scales", {"use_per_head_quant_scales": True}, False, None),
-    ("non-causal decoder layers", {"use_non_causal": True}, False, None),
-    ("batch-invariant decoder layers", {"use_batch_invariant": True}, False, None),
-    ("decoder layers under decode context parallel", {"use_dcp": True}, False, None),
-    (
-        "TurboQuant-quantized layers",
-        {"kv_cache_dtype": "turboquant_k8v4"},
-        False,
-        "turboquant_k8v4",
-    ),
-    ("a TurboQuant run's boundary layers", {"kv_cache_dtype": "auto"}, False, "turboquant_k8v4"),
-)
-"""With ``backend_choice.KINDS``, the kinds of layer drawn; one whose field or cache dtype this
-release lacks is not drawn (the report says which)."""
-
 HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256, 512, 576)
 BLOCK_SIZES = (None, 1, 8, 16, 32, 64, 128, 256)
 JUNK = ("auto", "", "bogus", "rocm_aiter_fa ", "FLASH_ATTN_VLLM_V1")
@@ -87,8 +61,9 @@ def name_of(path: str) -> str:
     return path
 
 
-def kinds() -> tuple[list[tuple[str, dict[str, Any], bool, str | None]], list[str]]:
-    """The kinds this release can describe, and the labels of those it cannot."""
+def kinds() -> tuple[list[Any], list[str]]:
+    """``backend_choice.KINDS`` this release can describe, and the labels of those it cannot (a
+    field or a cache dtype it lacks)."""
     import typing
 
     from vllm.config.cache import CacheDType
@@ -96,14 +71,13 @@ def kinds() -> tuple[list[tuple[str, dict[str, Any], bool, str | None]], list[st
 
     from vllm_rocm_aiter_plugin.diagnostics.backend_choice import KINDS
 
-    every = [(k.label, k.fields, k.encoder_decoder_model, None) for k in KINDS] + list(EXTRA_KINDS)
     cache_dtypes = set(typing.get_args(CacheDType))
+    fields = set(AttentionSelectorConfig._fields) | {"kv_cache_dtype", "head_size"}
     usable, missing = [], []
-    for kind in every:
-        label, fields, _encdec, run_cache = kind
-        ok = set(fields) <= set(AttentionSelectorConfig._fields) | {"kv_cache_dtype", "head_size"}
-        ok = ok and (run_cache is None or run_cache in cache_dtypes)
-        (usable if ok else missing).append(kind if ok else label)
+    for kind in KINDS:
+        ok = set(kind.fields) <= fields
+        ok = ok and kind.run_kv_cache_dtype in (None, *cache_dtypes)
+        (usable if ok else missing).append(kind if ok else kind.label)
     return usable, missing
 
 
@@ -211,7 +185,6 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
 
     from vllm_rocm_aiter_plugin import env_backend
     from vllm_rocm_aiter_plugin.diagnostics import backend_choice, samples
-    from vllm_rocm_aiter_plugin.diagnostics.backend_choice import LayerKind
     from vllm_rocm_aiter_plugin.platform import AiterRocmPlatform
 
     lines = PluginLog()
@@ -258,11 +231,10 @@ def main(arch: str, aiter: bool) -> dict[str, Any]:
         block_size=half_served(SERVED_BLOCK_SIZES, BLOCK_SIZES),
     )
     def property_holds(name, kind, head_size, dtype, kv_cache_dtype, block_size):
-        label, fields, encoder_decoder, run_cache = kind
         layer = backend_choice.selector(
-            LayerKind(label, fields), fields.get("head_size", head_size), dtype,
-            kv_cache_dtype, block_size,
-        )  # fmt: skip
+            kind, kind.fields.get("head_size", head_size), dtype, kv_cache_dtype, block_size
+        )
+        encoder_decoder, run_cache = kind.encoder_decoder_model, kind.run_kv_cache_dtype
         os.environ[env_backend.ENV_VAR] = name
         env_backend._said.clear()  # each draw is a fresh process's first selection
         lines.records.clear()
@@ -333,7 +305,7 @@ def doctor_agrees(every: list[str]) -> list[str]:
             continue
         os.environ[ENV_VAR] = name
         honoured = []
-        for kind in backend_choice.KINDS:
+        for kind in backend_choice.DOCTOR_KINDS:
             layer = backend_choice.selector(
                 kind, kind.fields.get("head_size", 128), torch.bfloat16, "auto", None
             )

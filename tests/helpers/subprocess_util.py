@@ -4,8 +4,6 @@ commands' own child protocol (``diagnostics.child``): a snippet reports with ``r
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Mapping
 
@@ -35,16 +33,6 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in CLEARED}
     env.update(extra or {})
     return env
-
-
-def check_generated(script: str, timeout: float = 300) -> None:
-    """``python SCRIPT --check`` in the repository, with this interpreter: it exits 0 when what
-    the script generates into the docs is current."""
-    proc = subprocess.run(
-        [sys.executable, script, "--check"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def run_child(

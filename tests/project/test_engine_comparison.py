@@ -12,7 +12,7 @@ pytestmark = pytest.mark.novllm
 
 def _served(*requests: tuple[list[int], list[float]], **extra: object) -> dict:
     rows = [{"prompt_tokens": 5, "tokens": t, "logprobs": lp} for t, lp in requests]
-    return {"workload": "w", "requests": rows, **extra}
+    return {"run": "w", "requests": rows, **extra}
 
 
 ORACLE = _served(([1, 2], [-3.0, -0.5]), ([7], [-2.0]))
@@ -33,13 +33,13 @@ def test_another_token_or_a_logprob_past_the_tolerance_is_not():
 
 
 def test_an_engine_that_stopped_serves_no_request_right():
-    verdict = compare({"workload": "w", "error": "AssertionError: x"}, ORACLE)
+    verdict = compare({"run": "w", "error": "AssertionError: x"}, ORACLE)
     assert verdict.error == "AssertionError: x" and verdict.equal == [False, False]
 
 
 def test_an_oracle_that_failed_is_the_tiers_failure_not_a_verdict():
     with pytest.raises(RuntimeError, match="oracle could not serve"):
-        compare(ORACLE, {"workload": "w", "error": "ValueError: y"})
+        compare(ORACLE, {"run": "w", "error": "ValueError: y"})
 
 
 def test_the_tolerance_is_float16_steps_at_least_at_the_logits_magnitude():
@@ -49,7 +49,7 @@ def test_the_tolerance_is_float16_steps_at_least_at_the_logits_magnitude():
 
 def test_the_summary_line_counts_requests():
     plugin = [compare(ORACLE, ORACLE)]
-    stock = [compare({"workload": "w", "error": "E"}, ORACLE)]
+    stock = [compare({"run": "w", "error": "E"}, ORACLE)]
     line = summary_line("0.32.0", plugin, stock, {"w": "CPU_ATTN", "fp8": "ONE_PER_STEP"})
     assert line.startswith("engine 0.32.0: plugin 2/2 requests equal CPU_ATTN (fp8: one request")
     assert line.endswith("; stock 0/2")

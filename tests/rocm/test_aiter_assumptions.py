@@ -10,9 +10,8 @@ import itertools
 import pytest
 import torch
 
-from tests.helpers.forward_cases import CASES
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import TOLERANCE
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, TOLERANCE
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.forward]
 

@@ -10,7 +10,7 @@ import pytest
 from tests.gpu.test_forward_gpu import test_forward_case_on_gpu as test_forward_case_on_aiter
 from tests.gpu.test_forward_gpu import test_graph_replay_on_gpu as test_graph_replay_on_aiter
 from tests.helpers import forward_child
-from tests.helpers.forward_cases import CASES
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 from vllm_rocm_aiter_plugin.diagnostics.forward.report import ForwardReport, ForwardRequest
 
 pytestmark = [pytest.mark.rocm, pytest.mark.mi300, pytest.mark.forward]

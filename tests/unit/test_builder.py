@@ -15,7 +15,7 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
 )
 
 from tests.helpers import vllm_releases
-from tests.helpers.batches import BatchSpec, reordered_batches
+from tests.helpers.batches import reordered_batches
 from tests.helpers.depth import randomised
 from tests.helpers.metadata_compare import assert_same_metadata
 from vllm_rocm_aiter_plugin import builder as builder_module
@@ -24,6 +24,8 @@ from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase, Request
+from vllm_rocm_aiter_plugin.diagnostics.forward.steps import laid_out
 from vllm_rocm_aiter_plugin.rebind import NotRebindable, with_globals
 
 
@@ -187,7 +189,9 @@ def fallback_builder_pairs(tiny_model_dir):
     spec=reordered_batches(thresholds=(1, 2, 4, 8), max_rows_per_region=20),
     window=st.sampled_from(SLIDING_WINDOWS),
 )
-def test_same_metadata_as_stock_on_random_reordered_batches(builder_pairs, spec: BatchSpec, window):
+def test_same_metadata_as_stock_on_random_reordered_batches(
+    builder_pairs, spec: ForwardCase, window
+):
     _assert_same_as_stock(builder_pairs, spec, window)
 
 
@@ -203,15 +207,11 @@ def test_fallback_build_same_as_stock_on_random_reordered_batches(
 @pytest.mark.parametrize("context_len", [1, 4096, 12000])
 def test_same_metadata_as_stock_with_many_context_chunks(builder_pairs, num_extends, context_len):
     """Extends whose context spans 0 to many workspace chunks (32768 tokens // num_extends each)."""
-    query_lens = [3 + i % 7 for i in range(num_extends)]
-    context = [max(0, context_len - 13 * i) for i in range(num_extends)]
-    spec = BatchSpec(
-        1,
-        query_lens,
-        [q + c for q, c in zip(query_lens, context, strict=True)],
-        [0] * num_extends,
-        0,
-    )
+    rows = [
+        Request(f"r{i}", max(0, context_len - 13 * i), 3 + i % 7, prompt_len=context_len + 11)
+        for i in range(num_extends)
+    ]
+    spec = ForwardCase("many-chunks", tuple(rows), "given")
     for window in SLIDING_WINDOWS:
         _assert_same_as_stock(builder_pairs, spec, window)
 
@@ -241,14 +241,9 @@ def test_same_metadata_as_stock_on_inconsistent_but_accepted_input(
     assert_same_metadata(plugin, stock)
 
 
-def _assert_same_as_stock(builder_pairs, spec: BatchSpec, window) -> None:
+def _assert_same_as_stock(builder_pairs, spec: ForwardCase, window) -> None:
     stock_builder, plugin_builder = builder_pairs[spec.threshold, window]
-    batch = samples.make_batch(
-        spec.query_lens,
-        spec.seq_lens,
-        upper_bound_slack=spec.upper_bound_slack,
-        num_padding_tokens=spec.num_padding_tokens,
-    )
+    batch = laid_out(spec)[2]
     with unpinned_host_memory():
         stock = stock_builder.build(0, batch)
         plugin = plugin_builder.build(0, batch)

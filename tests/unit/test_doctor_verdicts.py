@@ -4,6 +4,7 @@ install but the one a test plants (``doctor.collect(overrides)``); its end-to-en
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import sys
@@ -277,3 +278,43 @@ def test_a_full_stdout_gives_exit_2_and_one_line(monkeypatch, capsys, tmp_path):
     (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
     assert line.startswith("vllm-rocm-aiter-plugin: cannot write the report to stdout")
     assert str(errno.ENOSPC) in line or "No space left" in line
+
+
+def test_all_cases_runs_the_doctors_steps_then_every_other_case_of_the_catalogue_once():
+    """``doctor --all-cases``: its own steps first (they must run here), then the catalogue."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, doctor_steps
+
+    request, own = doctor.forward_request(None, "cpu", all_cases=True)
+    names = [case.name for case in request.cases]
+    steps = [case.name for case in doctor_steps(None, "cpu")]
+    assert names[: len(steps)] == steps and own == set(steps)
+    assert sorted(names) == sorted({case.name for case in CASES} | own)
+    assert [c.name for c in doctor.forward_request(None, "cpu")[0].cases] == steps
+    assert "--all-cases" in cli._parser()[1].format_help()
+
+
+def test_a_catalogue_case_this_release_cannot_run_is_set_aside_the_doctors_own_is_not():
+    report = doctor_answers.forward().report
+    case = report.cases[0]
+    aside = dataclasses.replace(case, case="extra", not_applicable="no sinks here", outcomes={})
+    extended = dataclasses.replace(report, cases=[case, aside])
+    check = doctor.check_forward(extended, own={case.case})
+    assert check.right and "extra: set aside (no sinks here)" in check.detail
+    with pytest.raises(RuntimeError, match="no sinks here"):
+        doctor.check_forward(extended, own={case.case, "extra"})
+
+
+def test_a_non_causal_step_is_judged_as_the_tiers_judge_it():
+    """On a non-causal step rows with context are off in stock's path and the plugin's alike;
+    a row without context off the reference is still wrong."""
+    from vllm_rocm_aiter_plugin.diagnostics.forward.report import Row
+
+    report = doctor_answers.forward().report
+    case = report.cases[0]
+    rows = [Row("with-context", 10, 5, "extend", 1.0, False)]
+    outcome = dataclasses.replace(case["registered"], rows=rows)
+    non_causal = dataclasses.replace(case, configuration={**case.configuration, "causal": False},
+                                     outcomes={**case.outcomes, "registered": outcome})  # fmt: skip
+    assert doctor.check_forward(dataclasses.replace(report, cases=[non_causal])).right
+    rows.append(Row("no-context", 0, 5, "prefill", 1.0, False))
+    assert not doctor.check_forward(dataclasses.replace(report, cases=[non_causal])).right

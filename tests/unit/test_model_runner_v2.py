@@ -12,15 +12,16 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     AiterFlashAttentionMetadata,
 )
 
+from tests.helpers.batches import needs_v1_order, v2_steps
 from tests.helpers.depth import randomised
 from tests.helpers.forward_child import controls
 from tests.helpers.metadata_compare import assert_same_metadata
-from tests.helpers.model_runner_v2 import Step, needs_v1_order, v2_steps
 from tests.helpers.oracle import oracle_split, rows_attending_wrongly
 from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
 from vllm_rocm_aiter_plugin.diagnostics import probe, samples
 from vllm_rocm_aiter_plugin.diagnostics.cpu_host import unpinned_host_memory
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import chunk, decode, in_order, prompt
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase, chunk, decode, prompt
+from vllm_rocm_aiter_plugin.diagnostics.forward.steps import in_order, laid_out
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group, build_through_v2
 
 WORKSPACE_TOKENS = 32 * 1024  # vLLM's _CP_TOKENS_PER_ITER_ROCM: the gather workspace per chunk
@@ -29,9 +30,10 @@ THRESHOLDS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 # The issue's example at threshold 1, in model-runner V2 order: a decode, a new prompt, then the
 # next chunk of a long prompt with 8192 cached tokens.
-V2_EXAMPLE = Step(
-    1,
+V2_EXAMPLE = ForwardCase(
+    "v2-example",
     (chunk("continuation", 8192, 800), decode("decode", 900), prompt("new-prompt", 50)),
+    "v2",
 )
 
 
@@ -79,7 +81,7 @@ def test_v2_order_comes_from_the_installed_vllm():
 def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
     """The bug, as a test: stock puts the continuation in the prefill region, where it attends to
     its 800 new tokens and not to its 8192 cached ones. On every release."""
-    query, seq, cam = V2_EXAMPLE.laid_out("v2")
+    query, seq, cam = laid_out(V2_EXAMPLE, "v2")
 
     stock = groups.build(1, "stock", cam)
     assert (stock.num_decodes, stock.num_extends, stock.num_prefills) == (1, 0, 2)
@@ -94,10 +96,10 @@ def test_stock_drops_context_on_the_v2_example_and_the_plugin_does_not(groups):
 
 @randomised(1500)
 @given(step=v2_steps())
-def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: Step):
+def test_plugin_attends_truly_on_v2_ordered_steps(groups, step: ForwardCase):
     """Every V2-ordered step: the oracle's counts, and every request attends to its whole
     context plus its new tokens causally. Never a ValueError."""
-    query, seq, cam = step.laid_out("v2")
+    query, seq, cam = laid_out(step, "v2")
     meta = groups.build(step.threshold, "plugin", cam)
     counts = (
         meta.num_decodes,
@@ -119,12 +121,14 @@ def _without_chunks(meta: AiterFlashAttentionMetadata) -> AiterFlashAttentionMet
 
 @randomised(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
-def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(groups, step: Step):
+def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(
+    groups, step: ForwardCase
+):
     """The plugin's own build body against vLLM's own build() code with the same split, field by
     field, on V2-ordered steps (extend regions holding rows without context). Only the context
     chunks differ: vLLM divides the workspace among all extend rows, the own body among those
     that are not context-free prompts; its chunks stay within the workspace and are never more."""
-    cam = step.laid_out("v2")[2]
+    cam = laid_out(step, "v2")[2]
     own = groups.build(step.threshold, "plugin", cam)
     vllm = groups.build(step.threshold, "vllm-build", cam)
     assert_same_metadata(_without_chunks(own), _without_chunks(vllm))
@@ -138,13 +142,13 @@ def test_own_body_equals_vllm_build_but_for_chunk_sizes_on_v2_ordered_steps(grou
 @needs_v1_order
 @randomised(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8), max_context=40000))
-def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(groups, step: Step):
+def test_v2_steps_take_no_more_context_chunks_than_stock_in_v1_order(groups, step: ForwardCase):
     """The same requests (no padding rows: ROCM_AITER_FA pads only uniform decode batches) laid out
     by model-runner V2 and by the V1 reorder: the plugin's V2 step needs no more context chunks
     than stock's V1 step, within the workspace."""
     step = dataclasses.replace(step, num_padded_reqs=0)
-    plugin = groups.build(step.threshold, "plugin", step.laid_out("v2")[2])
-    stock = groups.build(step.threshold, "stock", step.laid_out("v1")[2])
+    plugin = groups.build(step.threshold, "plugin", laid_out(step, "v2")[2])
+    stock = groups.build(step.threshold, "stock", laid_out(step, "v1")[2])
     assert _num_chunks(plugin) <= _num_chunks(stock)
     if plugin.extend_metadata is not None:
         chunks = plugin.extend_metadata.chunk_context_metadata
@@ -162,9 +166,9 @@ def _num_chunks(meta: AiterFlashAttentionMetadata) -> int:
 @needs_v1_order
 @randomised(300)
 @given(step=v2_steps(thresholds=(1, 2, 4, 8)))
-def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step):
+def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: ForwardCase):
     """The same steps in V1 order: stock attends truly there, and the plugin equals stock."""
-    query, seq, cam = step.laid_out("v1")
+    query, seq, cam = laid_out(step, "v1")
     stock = groups.build(step.threshold, "stock", cam)
     assert rows_attending_wrongly(stock, query, seq) == []
     assert_same_metadata(groups.build(step.threshold, "plugin", cam), stock)
@@ -172,9 +176,9 @@ def test_v1_ordered_steps_stock_is_right_and_plugin_equals_it(groups, step: Step
 
 @randomised(300)
 @given(step=v2_steps())
-def test_stock_and_plugin_agree_wherever_stock_attends_truly(groups, step: Step):
+def test_stock_and_plugin_agree_wherever_stock_attends_truly(groups, step: ForwardCase):
     """On V2-ordered steps where stock leaves no context behind, the plugin equals stock."""
-    query, seq, cam = step.laid_out("v2")
+    query, seq, cam = laid_out(step, "v2")
     stock = groups.build(step.threshold, "stock", cam)
     plugin = groups.build(step.threshold, "plugin", cam)
     if rows_attending_wrongly(stock, query, seq):

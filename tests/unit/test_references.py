@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.forward_cases import FP8_FORMATS
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import FP8_FORMATS
 
 
 @pytest.mark.parametrize("fp8_format", sorted(FP8_FORMATS))

@@ -11,12 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.depth import randomised
-from tests.helpers.forward_cases import CASES
 from tests.helpers.scheduler_trace import prompt_before_context
 from vllm_rocm_aiter_plugin import impl
 from vllm_rocm_aiter_plugin.diagnostics import probe
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
-from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES, ForwardCase
 
 SINK_CASES = [c for c in CASES if c.sinks]
 

@@ -10,12 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from vllm.v1.attention.backends import utils as stock_utils
 
-from tests.helpers.batches import BatchSpec, mixed_batches, reordered_batches
+from tests.helpers.batches import ORDERS, mixed_batches, reordered_batches, v2_steps
 from tests.helpers.depth import randomised
-from tests.helpers.model_runner_v2 import ORDERS, Step, v2_steps
 from tests.helpers.oracle import oracle_split
 from vllm_rocm_aiter_plugin import split as split_module
 from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.diagnostics.forward.cases import ForwardCase
+from vllm_rocm_aiter_plugin.diagnostics.forward.steps import laid_out
 from vllm_rocm_aiter_plugin.split import split_decodes_prefills_and_extends as plugin_split
 
 needs_upper_bound_field = pytest.mark.skipif(
@@ -24,18 +25,9 @@ needs_upper_bound_field = pytest.mark.skipif(
 )
 
 
-def _batch(spec: BatchSpec, **kwargs: object):
-    return samples.make_batch(
-        spec.query_lens,
-        spec.seq_lens,
-        upper_bound_slack=spec.upper_bound_slack,
-        num_padding_tokens=spec.num_padding_tokens,
-        **kwargs,
-    )
-
-
-def _oracle(spec: BatchSpec) -> tuple[int, ...]:
-    return oracle_split(spec.query_lens, spec.seq_lens, spec.num_actual_tokens, spec.threshold)
+def _oracle(case: ForwardCase) -> tuple[int, ...]:
+    query, seq, batch = laid_out(case)
+    return oracle_split(query, seq, batch.num_actual_tokens, case.threshold)
 
 
 def _ints(counts: tuple) -> tuple[int, ...]:
@@ -113,39 +105,41 @@ def test_padded_num_actual_tokens_go_to_last_group(padding):
 
 @randomised(3000)
 @given(spec=reordered_batches())
-def test_matches_oracle_on_reordered_batches(spec: BatchSpec):
-    assert plugin_split(_batch(spec), decode_threshold=spec.threshold) == _oracle(spec)
+def test_matches_oracle_on_reordered_batches(spec: ForwardCase):
+    assert plugin_split(laid_out(spec)[2], decode_threshold=spec.threshold) == _oracle(spec)
 
 
 @randomised(1500)
 @given(spec=mixed_batches(max_rows_per_region=30), slack=st.integers(1, 5))
-def test_an_overstated_upper_bound_moves_no_row(spec: BatchSpec, slack: int):
+def test_an_overstated_upper_bound_moves_no_row(spec: ForwardCase, slack: int):
     """The regions come from the exact sequence lengths: an upper bound that overstates every row,
     rows without context included, changes nothing, so an extend region never lacks a row with
     context (which would give vLLM's extend path zero context chunks and crash it)."""
-    batch = _batch(spec)
+    query, seq, batch = laid_out(spec)
     if samples.has_seq_lens_upper_bound_field():
         batch = batch.replace(seq_lens_cpu_upper_bound=batch.seq_lens + slack)
     split = split_module.split_batch(batch, spec.threshold)
     assert split.counts == _oracle(spec)
     extend_rows = range(split.num_decodes, split.num_decodes + split.num_extends)
     if split.num_extends:
-        assert any(spec.seq_lens[r] > spec.query_lens[r] for r in extend_rows)
+        assert any(seq[r] > query[r] for r in extend_rows)
 
 
 @needs_upper_bound_field
 @randomised(1500)
 @given(spec=reordered_batches(max_rows_per_region=30))
-def test_matches_installed_vllm_split_when_upper_bound_present(spec: BatchSpec):
-    batch = _batch(spec)
+def test_matches_installed_vllm_split_when_upper_bound_present(spec: ForwardCase):
+    batch = laid_out(spec)[2]
     stock = stock_utils.split_decodes_prefills_and_extends(batch, decode_threshold=spec.threshold)
     assert plugin_split(batch, decode_threshold=spec.threshold) == _ints(stock)
 
 
 @randomised(500)
 @given(spec=mixed_batches())
-def test_mixed_batch_without_upper_bound_uses_exact_seq_lens(spec: BatchSpec):
-    batch = _batch(spec, with_upper_bound=False)
+def test_mixed_batch_without_upper_bound_uses_exact_seq_lens(spec: ForwardCase):
+    import dataclasses
+
+    batch = laid_out(dataclasses.replace(spec, with_upper_bound=False))[2]
     assert plugin_split(batch, decode_threshold=spec.threshold) == _oracle(spec)
 
 
@@ -390,10 +384,10 @@ def test_the_oracle_counts_or_its_first_error(case):
 
 @randomised(3000)
 @given(step=v2_steps(max_requests=40))
-def test_v2_ordered_steps_match_the_oracle(step: Step):
+def test_v2_ordered_steps_match_the_oracle(step: ForwardCase):
     """Steps in model-runner V2 order (the installed vLLM's sort): the oracle's regions, which
     never put a row with context in the prefill region."""
-    query, seq, batch = step.laid_out("v2")
+    query, seq, batch = laid_out(step, "v2")
     expected = oracle_split(query, seq, batch.num_actual_tokens, step.threshold)
     assert plugin_split(batch, decode_threshold=step.threshold) == expected
     first_prefill = expected[0] + expected[1]
@@ -403,10 +397,10 @@ def test_v2_ordered_steps_match_the_oracle(step: Step):
 @needs_upper_bound_field
 @randomised(2000)
 @given(step=v2_steps(max_requests=40))
-def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
+def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: ForwardCase):
     """Stock's counts wherever stock puts no row with context in its prefill region; elsewhere
     the plugin's prefill region is stock's minus the rows stock got wrong."""
-    query, seq, batch = step.laid_out("v2")
+    query, seq, batch = laid_out(step, "v2")
     stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
     plugin = plugin_split(batch, decode_threshold=step.threshold)
     stock_prefill = stock[0] + stock[1]
@@ -419,7 +413,7 @@ def test_v2_ordered_steps_equal_stock_wherever_stock_keeps_context(step: Step):
 @needs_upper_bound_field
 @randomised(600)
 @given(step=v2_steps(max_requests=40), order=st.sampled_from(ORDERS))
-def test_non_causal_batches_get_stocks_regions_in_any_order(step: Step, order: str):
+def test_non_causal_batches_get_stocks_regions_in_any_order(step: ForwardCase, order: str):
     """vLLM 0.33 builds non-causal decoder batches (``causal=False``). The extend path runs
     causally whatever the batch says, so moving a context-free row there would make it wrong
     where stock's prefill kernel is right, and a row with context gains nothing: the plugin
@@ -427,7 +421,7 @@ def test_non_causal_batches_get_stocks_regions_in_any_order(step: Step, order: s
     has the V1 runner: ``ORDERS``)."""
     import dataclasses
 
-    batch = dataclasses.replace(step.laid_out(order)[2], causal=False)
+    batch = dataclasses.replace(laid_out(step, order)[2], causal=False)
     stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
     assert plugin_split(batch, decode_threshold=step.threshold) == stock
     own = split_module.split_batch(batch, step.threshold)

@@ -16,12 +16,16 @@ AITER_FA = "ROCM_AITER_FA"
 
 @dataclass(frozen=True)
 class LayerKind:
-    """One kind of attention layer: ``AttentionSelectorConfig`` fields, and whether the model is
-    an encoder-decoder one (vLLM 0.33's ROCm selection reads that off the model's config)."""
+    """One kind of attention layer: ``AttentionSelectorConfig`` fields, whether the model is an
+    encoder-decoder one (vLLM 0.33's ROCm selection reads that off the model's config), the KV
+    cache dtype of the run it is served in (None: the layer's), and whether the doctor asks
+    about it (the rarer kinds only the selection property draws)."""
 
     label: str
     fields: dict[str, Any] = field(default_factory=dict)
     encoder_decoder_model: bool = False
+    run_kv_cache_dtype: str | None = None
+    asked_by_doctor: bool = True
 
 
 KINDS: tuple[LayerKind, ...] = (
@@ -34,8 +38,28 @@ KINDS: tuple[LayerKind, ...] = (
     LayerKind("encoder-decoder models' decoder layers", {}, True),
     LayerKind("encoder-decoder models' encoder layers", {"attn_type": "encoder"}, True),
     LayerKind("encoder-decoder models' cross-attention", {"attn_type": "encoder_decoder"}, True),
-)
-"""The kinds of layer the doctor asks about (an operator may serve any of them)."""
+    *(
+        LayerKind(label, fields, run_kv_cache_dtype=run, asked_by_doctor=False)
+        for label, fields, run in (
+            ("sliding-window decoder layers with sinks",
+             {"has_sliding_window": True, "has_sink": True}, None),
+            ("decoder layers with a KV connector", {"use_kv_connector": True}, None),
+            ("MLA layers with a KV connector", {"use_mla": True, "use_kv_connector": True}, None),
+            ("decoder layers with a multimodal prefix", {"use_mm_prefix": True}, None),
+            ("decoder layers with per-head quant scales", {"use_per_head_quant_scales": True},
+             None),
+            ("non-causal decoder layers", {"use_non_causal": True}, None),
+            ("batch-invariant decoder layers", {"use_batch_invariant": True}, None),
+            ("decoder layers under decode context parallel", {"use_dcp": True}, None),
+            ("TurboQuant-quantized layers", {"kv_cache_dtype": "turboquant_k8v4"},
+             "turboquant_k8v4"),
+            ("a TurboQuant run's boundary layers", {"kv_cache_dtype": "auto"}, "turboquant_k8v4"),
+        )
+    ),
+)  # fmt: skip
+"""Every kind of attention layer the plugin's selection is checked on (an operator may serve any
+of them); the doctor asks about the commoner ones (``DOCTOR_KINDS``)."""
+DOCTOR_KINDS = tuple(kind for kind in KINDS if kind.asked_by_doctor)
 
 
 @dataclass(frozen=True)
@@ -70,7 +94,7 @@ def outcomes(
     head_size: int = 128,
     kv_cache_dtype: str = "auto",
     block_size: int | None = None,
-    kinds: tuple[LayerKind, ...] = KINDS,
+    kinds: tuple[LayerKind, ...] = DOCTOR_KINDS,
 ) -> list[tuple[LayerKind, Any]]:
     """Each kind's :class:`~vllm_rocm_aiter_plugin.env_backend.Choice` for ``requested`` on
     ``stock_platform`` (vLLM's ``RocmPlatform``), under a tiny model's config of that kind. A

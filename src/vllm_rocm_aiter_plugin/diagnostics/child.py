@@ -1,7 +1,12 @@
-"""The one protocol between the commands and the fresh Python processes they start."""
+"""The one protocol between the commands (and the tests) and the fresh Python processes they
+start, of three kinds: a function run by its name (:func:`call`: the forward runner, the tests'
+tiers), a code snippet (``run(["-c", code])``: the tests), and the command line itself
+(``run(["-m", "vllm_rocm_aiter_plugin", ...])``). A request goes in as JSON on stdin; the result
+comes back as the last marked line of stdout."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -100,3 +105,21 @@ def finish(started: Started) -> ChildResult:
 def run(args: Sequence[str], **options: Any) -> ChildResult:
     """:func:`start`, then :func:`finish`."""
     return finish(start(args, **options))
+
+
+def call(target: str, request: Any = None, **options: Any) -> Started:
+    """Start a fresh interpreter that runs ``target`` (``"package.module:function"``) on
+    ``request`` and reports what it returns (JSON-able); :func:`finish` reads it."""
+    return start(["-m", __name__], request={"target": target, "request": request}, **options)
+
+
+def main() -> int:
+    """In the child :func:`call` starts: run the target on the request, report its result."""
+    job = read_request()
+    module, name = job["target"].split(":")
+    report(getattr(importlib.import_module(module), name)(job["request"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -44,6 +44,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument("--json", action="store_true", help="one JSON document on stdout, for CI")
+    doctor.add_argument(
+        "--all-cases", action="store_true",
+        help="after its own steps, run every case of the forward catalogue the test tiers run "
+        "(each configuration: fp8, shuffle, sinks, head and block sizes, EAGLE; minutes on a CPU, "
+        "seconds on a GPU): on an MI300, AITER's own kernels judged on each",
+    )  # fmt: skip
     serving = doctor.add_argument_group(
         "your serving configuration",
         "run the forward check in it, spelled as `vllm serve` spells it (default: the check's "
@@ -99,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             configuration = ServingConfiguration(
                 args.kv_cache_dtype, args.block_size, args.head_size, "SHUFFLE" if shuffle else None
             )
-            code = doctor_output.run(as_json=args.json, configuration=configuration)
+            code = doctor_output.run(
+                as_json=args.json, configuration=configuration, all_cases=args.all_cases
+            )
         else:
             from vllm_rocm_aiter_plugin.diagnostics import demo
 

@@ -24,13 +24,15 @@ def run(
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
     configuration: ServingConfiguration | None = None,
+    all_cases: bool = False,
 ) -> int:
-    """Collect the report (its forward check in ``configuration`` where given), then print vLLM's
-    log as :mod:`.vllm_log` sums it up (stderr), then the report (stdout)."""
+    """Collect the report (its forward check in ``configuration`` where given, and on every
+    catalogue case with ``all_cases``), then print vLLM's log as :mod:`.vllm_log` sums it up
+    (stderr), then the report (stdout)."""
     from vllm_rocm_aiter_plugin.diagnostics import vllm_log
 
     with vllm_log.held_back() as held:
-        report = collect(configuration=configuration)
+        report = collect(configuration=configuration, all_cases=all_cases)
     vllm_log.print_summary(held, err)
     if as_json:
         print(to_json(report), file=out)

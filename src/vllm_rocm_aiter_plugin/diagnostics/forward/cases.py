@@ -1,39 +1,23 @@
-"""What a forward case is, how it becomes a real step, the dense per-request reference its output
-is judged against, and the doctor's and the demo's own steps.
+"""The one catalogue of forward cases, and what a case is: the batch type of every check.
 
 A case is a set of requests as the scheduler hands them over (cached tokens, tokens scheduled
 now, draft tokens, prompt length), the runner order to lay them out in (``v2``: model-runner V2,
-the installed vLLM's own sort; ``v1``: vLLM's V1 reorder) and the configuration it is served in
-(KV-cache dtype and scales, head and block size, heads, sliding window, causal or not). The
-reference for a request is plain attention over its whole context plus its own new tokens
-(causal unless the case is not; sliding window where set), in float32, from the very K/V values
-written into the cache: it never reads the cache or any metadata.
-
-With an fp8 cache, the reference reads through fp8 exactly the K/V the kernels read from the
-cache (:func:`reads_cache`): every row's context, and a row's own new tokens where its path reads
-them back from the cache (decode rows; extend rows under a sliding window). Rounded that way, the
-remaining difference is the kernels' 16-bit arithmetic, as with a 16-bit cache, so the tolerance
-is the dtype's; a kernel or reference that drops a scale is off by far more.
+the installed vLLM's own sort; ``v1``: vLLM's V1 reorder; ``given``: as listed, a batch already in
+a runner's region order) and the configuration it is served in (KV-cache dtype and scales, head
+and block size, heads, sliding window, causal or not). ``CASES`` holds every case the doctor
+(``--all-cases``; its own steps: :func:`doctor_steps`), the demo and the test tiers run; the
+hypothesis strategies of the tests draw more. This module imports neither torch nor vLLM: how a
+case becomes a real step and its reference is ``steps.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vllm_rocm_aiter_plugin.diagnostics.forward.reference_kernels import (
-    attend,
-    dequantise,
-    quantise,
-)
-from vllm_rocm_aiter_plugin.diagnostics.model_runner import v1_order, v2_order
-
 if TYPE_CHECKING:
-    from vllm.v1.attention.backend import CommonAttentionMetadata
+    import torch
 
 TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
 """Largest |output - reference| accepted for a request (outputs are O(1))."""
@@ -41,14 +25,16 @@ TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
 
 @dataclass(frozen=True)
 class Request:
-    """One scheduled request: cached tokens, tokens scheduled now, draft tokens among them, and
-    its prompt length (a request whose context covers its prompt is decoding)."""
+    """One scheduled request: cached tokens, tokens scheduled now, draft tokens among them, its
+    prompt length (a request whose context covers its prompt is decoding), and how far the
+    runner's ``seq_lens_cpu_upper_bound`` overstates its sequence (async speculative decoding)."""
 
     req_id: str
     context_len: int
     query_len: int
     num_drafts: int = 0
     prompt_len: int | None = None  # None: the prompt is done (a decode)
+    upper_bound_slack: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -73,7 +59,7 @@ def chunk(req_id: str, context: int, query: int) -> Request:
 class ForwardCase:
     name: str
     requests: tuple[Request, ...]
-    order: str  # "v2" or "v1"
+    order: str  # "v2", "v1" or "given"
     spec_tokens: int = 0
     sliding_window: int | None = None
     dtype: str = "float16"
@@ -92,6 +78,7 @@ class ForwardCase:
     causal: bool = True  # CommonAttentionMetadata.causal (0.33 builds non-causal batches)
     kv_cache_layout: str = "NHD"  # "SHUFFLE": VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1
     sinks: tuple[float, ...] = ()  # one attention-sink logit per query head (gpt-oss); () none
+    graph_replay: bool = False  # also captured and replayed as a CUDA graph runs it (the tiers)
     note: str = ""
 
     @property
@@ -104,12 +91,16 @@ class ForwardCase:
 
     @property
     def fp8_dtype(self) -> torch.dtype | None:
+        import torch
+
         return getattr(torch, self.fp8_format) if self.fp8 else None
 
     def sink_tensor(self, device: torch.device) -> torch.Tensor | None:
         """The layer's sinks as vLLM hands them to the impl (float32, one per query head)."""
         if not self.sinks:
             return None
+        import torch
+
         assert len(self.sinks) == self.num_heads, f"{self.name}: one sink per query head"
         return torch.tensor(self.sinks, dtype=torch.float32, device=device)
 
@@ -125,144 +116,9 @@ class ForwardCase:
         requests = tuple(Request(**r) for r in data["requests"])
         return cls(**{**data, "requests": requests, "sinks": tuple(data.get("sinks", ()))})
 
-    def ordered(self, order: str | None = None) -> list[Request]:
-        """The requests in runner order (:func:`in_order`)."""
-        return in_order(self.requests, order or self.order, self.threshold)
 
-
-def in_order(requests: Sequence[Request], order: str, threshold: int) -> list[Request]:
-    """``requests`` in the order a runner lays them out: model-runner V2's own sort (``v2``) or
-    vLLM's V1 reorder (``v1``)."""
-    by_id = {r.req_id: r for r in requests}
-    tokens = {r.req_id: r.query_len for r in requests}
-    if order == "v2":
-        drafts = {r.req_id: [0] * r.num_drafts for r in requests if r.num_drafts}
-        ids = v2_order(tokens, drafts, threshold)
-    else:
-        computed = {r.req_id: r.context_len for r in requests}
-        ids = v1_order(tokens, computed, {r.req_id: r.prompt_tokens for r in requests}, threshold)
-    return [by_id[i] for i in ids]
-
-
-@dataclass
-class StepTensors:
-    """A step laid out for the kernels: the batch, the K/V values written into the cache, the
-    new tokens' q/k/v, and where each request's rows are."""
-
-    requests: list[Request]
-    query_lens: list[int]
-    seq_lens: list[int]
-    batch: CommonAttentionMetadata
-    num_blocks: int
-    context_slots: torch.Tensor
-    context_k: torch.Tensor
-    context_v: torch.Tensor
-    query: torch.Tensor
-    key: torch.Tensor
-    value: torch.Tensor
-    context_rows: list[slice] = field(default_factory=list)  # per request, in context_k
-    token_rows: list[slice] = field(default_factory=list)  # per request, in query
-
-
-def lay_out(
-    case: ForwardCase, requests: Sequence[Request], device: torch.device, seed: int = 0
-) -> StepTensors:
-    """The real ``CommonAttentionMetadata`` for ``requests`` in this order (blocks drawn at random
-    from one pool, so a wrong block-table row cannot go unnoticed) and random q/k/v values."""
-    from vllm_rocm_aiter_plugin.diagnostics.samples import make_batch, slots_of
-
-    generator = torch.Generator().manual_seed(seed)
-    dtype = getattr(torch, case.dtype)
-    bs = case.block_size
-    query_lens = [r.query_len for r in requests] + [0] * case.num_padded_reqs
-    seq_lens = [r.context_len + r.query_len for r in requests] + [0] * case.num_padded_reqs
-    blocks_per_req = [-(-s // bs) for s in seq_lens]
-    num_blocks = max(sum(blocks_per_req), 1)
-    pool = torch.randperm(num_blocks, generator=generator).tolist()
-    table = torch.zeros(len(seq_lens), max([*blocks_per_req, 1]), dtype=torch.int32)
-    taken = 0
-    for row, count in enumerate(blocks_per_req):
-        table[row, :count] = torch.tensor(pool[taken : taken + count], dtype=torch.int32)
-        taken += count
-    batch = make_batch(
-        query_lens, seq_lens, device=device, with_upper_bound=case.with_upper_bound,
-        num_padding_tokens=case.num_padding_tokens, max_query_len=case.max_query_len,
-        block_size=bs, block_table=table, causal=case.causal,
-    )  # fmt: skip
-    context_slots, context_rows, token_rows = [], [], []
-    token, ctx_token = 0, 0
-    for row, (q, s) in enumerate(zip(query_lens, seq_lens, strict=True)):
-        token_rows.append(slice(token, token + q))
-        context_slots.append(slots_of(table[row], bs, 0, s - q))
-        context_rows.append(slice(ctx_token, ctx_token + s - q))
-        token += q
-        ctx_token += s - q
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=generator).to(dtype).to(device)
-
-    num_context, num_tokens = ctx_token, batch.num_actual_tokens
-    hk, h, d = case.num_kv_heads, case.num_heads, case.head_size
-    return StepTensors(
-        requests=list(requests),
-        query_lens=query_lens,
-        seq_lens=seq_lens,
-        batch=batch,
-        num_blocks=num_blocks,
-        context_slots=torch.cat(context_slots).to(device) if context_slots else torch.empty(0),
-        context_k=randn(num_context, hk, d),
-        context_v=randn(num_context, hk, d),
-        query=randn(num_tokens, h, d),
-        key=randn(num_tokens, hk, d),
-        value=randn(num_tokens, hk, d),
-        context_rows=context_rows,
-        token_rows=token_rows,
-    )
-
-
-def reads_cache(case: ForwardCase, region: str) -> bool:
-    """Whether a row of ``region`` reads its own new tokens back from the KV cache: decode rows
-    (``paged_attention_v1``, ``unified_attention``) and, under a sliding window, extend rows
-    (``extend_for_sliding_window`` gathers context and new tokens from the cache). The prefill
-    kernel and the extend path's new-token call take the new K/V as computed."""
-    return region == "decode" or (region == "extend" and case.sliding_window is not None)
-
-
-def as_cached(case: ForwardCase, values: torch.Tensor, scale: float) -> torch.Tensor:
-    """``values`` as a kernel reads them back from this case's cache (float32): written through
-    fp8 and multiplied by the scale where the cache is fp8 (divided in float32 by the shuffle
-    layout's Triton write), as written where it is not."""
-    if not case.fp8:
-        return values.float()
-    assert case.fp8_dtype is not None
-    written = quantise(values, case.fp8_dtype, scale, float32_division=case.shuffle)
-    return dequantise(written, scale)
-
-
-def dense_reference(
-    case: ForwardCase, step: StepTensors, row: int, region: str = "prefill"
-) -> torch.Tensor:
-    """Request ``row``'s true attention output, float32 [query_len, heads, head_size]: softmax
-    over its keys (and the layer's sink, counted once); with an fp8 cache, what a row of
-    ``region`` reads through the cache is rounded as the cache holds it."""
-    ctx, tok = step.context_rows[row], step.token_rows[row]
-    own_k, own_v = step.key[tok].float(), step.value[tok].float()
-    if reads_cache(case, region):
-        own_k, own_v = (
-            as_cached(case, step.key[tok], case.k_scale),
-            as_cached(case, step.value[tok], case.v_scale),
-        )
-    keys = torch.cat([as_cached(case, step.context_k[ctx], case.k_scale), own_k])
-    values = torch.cat([as_cached(case, step.context_v[ctx], case.v_scale), own_v])
-    window = (case.sliding_window - 1, 0) if case.sliding_window else (-1, -1)
-    sink = case.sink_tensor(step.query.device)
-    out, _ = attend(step.query[tok], keys, values, case.head_size**-0.5, case.causal, window, sink)
-    return out
-
-
-# The commands' steps (the doctor's and the demo's; the tiers' whole list is
-# ``tests/helpers/forward_cases.py``). Threshold 1 unless spec_tokens says otherwise; heads 2, kv
-# heads 1, head 64, fp16: small, so that vLLM's Triton kernels stay quick in the interpreter.
+# The catalogue. Threshold 1 unless spec_tokens says otherwise; heads 2, kv heads 1, head 64,
+# fp16: small, so that vLLM's Triton kernels stay quick in the interpreter.
 V2_EXAMPLE = (decode("decode", 900), prompt("new-prompt", 50), chunk("continuation", 8192, 800))
 MULTI_CHUNK = (
     decode("decode", 900),
@@ -324,8 +180,272 @@ DOCTOR_SHUFFLE_DECODE_CASE = "doctor-decode-v2"
 whose decode takes the layout's decode kernel."""
 
 
-FP8_CACHE = {"kv_cache_dtype": "fp8", "k_scale": 0.05, "v_scale": 0.08}
+FP8_CACHE: dict[str, Any] = {"kv_cache_dtype": "fp8", "k_scale": 0.05, "v_scale": 0.08}
 """An fp8 KV cache with scales that are not 1, as a checkpoint's are (the doctor's and the tiers')."""
+
+
+FP8_FORMATS = {"float8_e4m3fnuz": "MI300 (gfx942)", "float8_e4m3fn": "gfx950"}
+"""The fp8 cache formats, and the GPUs whose ``fp8_dtype()`` each is."""
+
+SIXTY_FOUR_PROMPTS = (
+    *(prompt(f"prompt-{i:02d}", 2 + i % 5) for i in range(64)),
+    chunk("continuation", 2048, 40),
+)
+EAGLE_MIXED = (
+    decode("decode-a", 300, 4, 3),
+    decode("decode-b", 77, 4, 3),
+    decode("decode-c", 40, 2, 1),
+    prompt("short-prompt", 2),
+    prompt("prompt", 9),
+    chunk("prefix-hit", 5000, 70),
+    prompt("long-prompt", 120),
+)
+EAGLE_VERIFY = tuple(decode(f"decode-{i}", 60 + 13 * i, 4, 3) for i in range(4))
+V1_MIXED = (
+    decode("decode-a", 37),
+    decode("decode-b", 1200),
+    chunk("short-extend", 300, 1),
+    chunk("extend-a", 700, 40),
+    chunk("extend-b", 90, 17),
+    prompt("prompt-a", 33),
+    prompt("prompt-b", 8),
+)
+
+FP8_STEP = (decode("decode", 300), prompt("new-prompt", 40), chunk("continuation", 500, 60))
+FP8_EAGLE = (
+    decode("decode-a", 300, 4, 3),
+    decode("decode-b", 77, 4, 3),
+    prompt("prompt", 9),
+    chunk("prefix-hit", 500, 30),
+)
+FP8_EAGLE_CASE = "eagle-mixed-v2-fp8-e4m3fnuz"
+CASES: tuple[ForwardCase, ...] = (
+    ForwardCase("v1-mixed", V1_MIXED, "v1", head_size=128, num_heads=4, num_kv_heads=2),
+    DEMO_V2_CASE,
+    ForwardCase("v2-example-bf16", V2_EXAMPLE, "v2", dtype="bfloat16"),
+    ForwardCase(
+        "v2-context-20000",
+        (decode("decode", 900), prompt("new-prompt", 50), chunk("continuation", 20000, 300)),
+        "v2",
+        note="the issue's NaN example: one context chunk per row once sized by rows with context",
+    ),
+    ForwardCase("multi-chunk-v1", MULTI_CHUNK, "v1"),
+    DEMO_BUG_3_V2_CASE,
+    ForwardCase("64-prompts-v2", SIXTY_FOUR_PROMPTS, "v2", note="chunks: 1, stock's formula 5"),
+    ForwardCase("64-prompts-v1", SIXTY_FOUR_PROMPTS, "v1"),
+    DOCTOR_EAGLE_CASE,
+    ForwardCase(
+        "eagle-drafts-padded",
+        tuple(decode(f"draft-{i}", 100 + 7 * i) for i in range(5)),
+        "v2",
+        spec_tokens=3,
+        with_upper_bound=False,
+        max_query_len=1,
+        num_padded_reqs=3,
+        note="model-runner V2's EAGLE draft step: padded requests, no upper bound",
+    ),
+    ForwardCase(
+        "eagle-verify-padded",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        num_padded_reqs=3,
+        note="EAGLE verification with model-runner V2's padded requests (no keys, no queries)",
+    ),
+    ForwardCase(
+        "eagle-verify-padded-bf16",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        num_padded_reqs=3,
+        dtype="bfloat16",
+        note="the same in bf16 (AITER's Triton kernel runs widened to fp32 under the interpreter)",
+    ),
+    ForwardCase(
+        "eagle-verify-sliding-window",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        sliding_window=32,
+        note="EAGLE verification under a sliding window shorter than every context",
+    ),
+    ForwardCase("eagle-mixed-v2", EAGLE_MIXED, "v2", spec_tokens=3),
+    DEMO_BUG_3_CASE,
+    ForwardCase("v2-padding-tokens", V2_EXAMPLE, "v2", num_padding_tokens=5),
+    DOCTOR_CASE,
+    # Model-runner V2 order at the other head sizes, block sizes and GQA ratios ROCM_AITER_FA
+    # serves (64/128/256, 16/32; 1 to 8 query heads per KV head): a decode, a new prompt, then
+    # rows with context, EAGLE's verification among them where AITER's Triton kernel runs.
+    *(
+        ForwardCase(
+            f"v2-head{head}-block32-gqa{8 // kv_heads}",
+            (decode("decode", ctx), prompt("new-prompt", new), chunk("continuation", *cont)),
+            "v2",
+            head_size=head,
+            num_heads=8,
+            num_kv_heads=kv_heads,
+            block_size=32,
+        )
+        for head, kv_heads, ctx, new, cont in (
+            (128, 2, 300, 40, (400, 60)),
+            (256, 1, 200, 24, (300, 40)),
+        )
+    ),
+    ForwardCase(
+        "eagle-mixed-v2-head128-block32-mha",
+        (*EAGLE_MIXED[:2], *EAGLE_MIXED[3:5], chunk("prefix-hit", 500, 30)),
+        "v2",
+        spec_tokens=3,
+        head_size=128,
+        num_heads=2,
+        num_kv_heads=2,
+        block_size=32,
+        note="GQA ratio 1 (multi-head attention), EAGLE verification through unified_attention",
+    ),
+    ForwardCase("sliding-window-v2", V2_EXAMPLE, "v2", sliding_window=256),
+    ForwardCase("sliding-window-v1", V2_EXAMPLE, "v1", sliding_window=256),
+    ForwardCase(
+        "v2-non-causal",
+        (*FP8_STEP, prompt("prompt-b", 12)),
+        "v2",
+        causal=False,
+        note="a non-causal batch (0.33): stock's regions, so context-free rows stay in prefill",
+    ),
+    # fp8 KV caches (--kv-cache-dtype fp8) in both formats, with scales that are not 1, some small
+    # enough that the cache write saturates (where torch's own cast to e4m3fnuz gives NaN)
+    ForwardCase(
+        "v2-fp8-e4m3fnuz",
+        FP8_STEP,
+        "v2",
+        kv_cache_dtype="fp8",
+        fp8_format="float8_e4m3fnuz",
+        k_scale=0.01,
+        v_scale=0.08,
+        note="MI300's format; k saturates past 2.4",
+    ),
+    ForwardCase(
+        "v2-fp8-e4m3fn",
+        FP8_STEP,
+        "v2",
+        kv_cache_dtype="fp8",
+        fp8_format="float8_e4m3fn",
+        k_scale=0.05,
+        v_scale=0.005,
+        note="gfx950's format; v saturates past 2.24",
+    ),
+    ForwardCase(
+        "v1-fp8-e4m3fnuz",
+        FP8_STEP,
+        "v1",
+        **FP8_CACHE,
+    ),
+    ForwardCase(
+        FP8_EAGLE_CASE,
+        FP8_EAGLE,
+        "v2",
+        spec_tokens=3,
+        **FP8_CACHE,
+        note="EAGLE verification: AITER's unified_attention on the fp8 caches",
+    ),
+    ForwardCase(
+        "sliding-window-v2-fp8-e4m3fn",
+        FP8_STEP,
+        "v2",
+        sliding_window=64,
+        **FP8_CACHE,
+        fp8_format="float8_e4m3fn",
+        note="moved prompts read their own tokens back through fp8 under a window",
+    ),
+    # The shuffle KV-cache layout (VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT=1, gfx950 images): the
+    # plugin's builder runs vLLM's build() code there; vLLM's shuffle write and gather, AITER's
+    # paged_attention_common for decodes. One query token per decode (the layout refuses EAGLE's
+    # multi-token decodes and sliding windows).
+    ForwardCase(
+        "v2-shuffle-fp8-e4m3fnuz",
+        FP8_STEP,
+        "v2",
+        **FP8_CACHE,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout on an fp8 cache, MI300's format",
+    ),
+    ForwardCase(
+        "v1-shuffle-fp8-e4m3fn",
+        FP8_STEP,
+        "v1",
+        **FP8_CACHE,
+        fp8_format="float8_e4m3fn",
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout on an fp8 cache, gfx950's format",
+    ),
+    ForwardCase(
+        "v2-shuffle-bf16-head128",
+        (decode("decode", 200), prompt("new-prompt", 24), chunk("continuation", 300, 40)),
+        "v2",
+        dtype="bfloat16",
+        head_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout on a 16-bit cache",
+    ),
+    ForwardCase(
+        "multi-chunk-v2-shuffle-fp8",
+        MULTI_CHUNK_SMALL,
+        "v2",
+        **FP8_CACHE,
+        kv_cache_layout="SHUFFLE",
+        note="the shuffle layout's gather in a two-chunk extend region with a context-free row",
+    ),
+    # Attention sinks (gpt-oss: one learned logit per query head in every softmax), sized to take
+    # a visible share of these contexts' softmax: counted twice, a row is off by far more than the
+    # tolerance. Decodes take AITER's unified_attention (the paged kernels have no sinks).
+    DOCTOR_SINK_CASE,
+    ForwardCase(
+        "v1-sinks",
+        SINK_STEP,
+        "v1",
+        sinks=SINKS,
+        note="V1 order: stock's extend path counts the sink once per call",
+    ),
+    ForwardCase(
+        "multi-chunk-v2-sinks",
+        MULTI_CHUNK,
+        "v2",
+        sinks=(6.0, 10.5),  # the second head's sink weighs in on rows with 20000 cached tokens
+        note="a context-free row in a two-chunk extend region, with sinks",
+    ),
+    ForwardCase(
+        "sliding-window-v2-sinks",
+        SINK_STEP,
+        "v2",
+        sliding_window=64,
+        sinks=SINKS,
+        note="gpt-oss's sliding-window layers: the extend path is one call there",
+    ),
+    # Uniform-decode steps a CUDA graph serves: the tiers also capture them and replay later
+    # steps on the capture's metadata (tests/helpers/graph_replay.py).
+    ForwardCase(
+        "graph-replay-eagle-padded",
+        EAGLE_VERIFY,
+        "v2",
+        spec_tokens=3,
+        num_padded_reqs=3,
+        graph_replay=True,
+        note="EAGLE verification captured with padded requests, replayed on two later steps",
+    ),
+    ForwardCase(
+        "graph-replay-decode-sliding-window",
+        tuple(decode(f"decode-{i}", 60 + 13 * i) for i in range(4)),
+        "v2",
+        sliding_window=32,
+        graph_replay=True,
+        note="decodes under a sliding window: 0.33's builder writes their decode tables into "
+        "its own buffers at every build",
+    ),
+)
+
+
+CASES_BY_NAME = {case.name: case for case in CASES}
 
 
 @dataclass(frozen=True)

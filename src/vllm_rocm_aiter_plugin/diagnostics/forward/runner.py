@@ -21,10 +21,7 @@ from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernel
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
     TOLERANCE,
     ForwardCase,
-    StepTensors,
     configuration,
-    dense_reference,
-    lay_out,
 )
 from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
     CaseResult,
@@ -33,6 +30,12 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
     Outcome,
     Resolution,
     Row,
+)
+from vllm_rocm_aiter_plugin.diagnostics.forward.steps import (
+    StepTensors,
+    dense_reference,
+    in_order,
+    lay_out,
 )
 from vllm_rocm_aiter_plugin.diagnostics.model_runner import (
     builds_non_causal_batches,
@@ -256,14 +259,14 @@ class Runner:
         if result.not_applicable:
             return result
         start = time.monotonic()
-        step = lay_out(case, case.ordered(), self.device, seed)
+        step = lay_out(case, in_order(case.requests, case.order, case.threshold), self.device, seed)
         result.threshold, result.note = case.threshold, case.note
         result.order_ids = [r.req_id for r in step.requests]
         result.tolerance = TOLERANCE[case.dtype]
         for kind, backend in backends.items():
             result.outcomes[kind] = self.run_backend(case, kind, backend, step)
         if case.order == "v2" and why_no_v1_order() is None:
-            v1 = lay_out(case, case.ordered("v1"), self.device, seed)
+            v1 = lay_out(case, in_order(case.requests, "v1", case.threshold), self.device, seed)
             try:
                 group = self.prepare(case, backend_for("stock"), v1.num_blocks)[3]
                 result.v1_stock_chunks = chunks_of(self.metadata(group, case, v1.batch))
@@ -451,8 +454,8 @@ def run_in_child(request: ForwardRequest, timeout: float = 1800) -> ForwardRepor
 
 def start(request: ForwardRequest, timeout: float = 1800) -> child.Started:
     """Start :func:`run` in a fresh interpreter; :func:`finish` reads its report."""
-    return child.start(
-        ["-m", __name__], request=request.to_json(), env=child_env(request.device),
+    return child.call(
+        f"{__name__}:run_json", request.to_json(), env=child_env(request.device),
         timeout=timeout,
     )  # fmt: skip
 
@@ -466,15 +469,12 @@ def finish(started: child.Started) -> ForwardReport:
     return ForwardReport.from_json(done.result)
 
 
-def main() -> int:
-    report = run(ForwardRequest.from_json(child.read_request()))
+def run_json(request: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run` on a JSON request, its report as JSON (the child's side of :func:`start`);
+    what ran as AITER's ``unified_attention`` is said on stderr."""
+    report = run(ForwardRequest.from_json(request))
     if report.unified_attention:
         used = report.unified_attention
         print(f"forward: unified_attention: {used['kernel']}; calls: {used['calls']}",
               file=sys.stderr)  # fmt: skip
-    child.report(report.to_json())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return report.to_json()

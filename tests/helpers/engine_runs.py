@@ -1,12 +1,11 @@
-"""The engine tier's models and workloads, and the child that serves them through vLLM's ``LLM``."""
+"""The engine tier's models and runs (fixed prompts that hit each bug, with the engine options
+they are served with), and the child that serves them through vLLM's ``LLM``."""
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import random
-import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,10 @@ def _prefix_hit_batches() -> list[list[list[int]]]:
 
 
 @dataclass(frozen=True)
-class Workload:
+class EngineRun:
+    """Prompts served batch after batch through vLLM's engine, with a model and options, and the
+    oracle that judges each request's tokens (``engine_comparison.ORACLES``)."""
+
     name: str
     model: str  # a folder under the models directory (:func:`save_models`)
     options: dict[str, Any] = field(default_factory=dict)
@@ -73,19 +75,19 @@ class Workload:
     oracle: str = "CPU_ATTN"  # or ONE_PER_STEP (engine_comparison.ORACLES says why)
 
 
-WORKLOADS = [
-    Workload(
+ENGINE_RUNS = [
+    EngineRun(
         "v2-order",
         "llama",
         covers="chunked prefill and prefix-cache hits beside short new prompts, in V2's order",
     ),
-    Workload(
+    EngineRun(
         "eagle",
         "llama",
         draft="eagle",
         covers="EAGLE with 2 draft tokens: the drafter's pure-decode metadata, verify rows",
     ),
-    Workload(
+    EngineRun(
         "fp8-kv",
         "llama",
         options={"kv_cache_dtype": "fp8"},
@@ -93,9 +95,9 @@ WORKLOADS = [
         covers="an fp8 KV cache: prefix-cache hits beside a short new prompt",
         oracle="ONE_PER_STEP",
     ),
-    Workload("sliding-window", "mistral-sw", covers="sliding window (128 tokens)"),
+    EngineRun("sliding-window", "mistral-sw", covers="sliding window (128 tokens)"),
 ]
-WORKLOADS_BY_NAME = {w.name: w for w in WORKLOADS}
+ENGINE_RUNS_BY_NAME = {run.name: run for run in ENGINE_RUNS}
 
 
 def save_models(folder: Path) -> None:
@@ -142,34 +144,34 @@ def save_models(folder: Path) -> None:
 
 
 def serve(
-    workload: Workload, models: Path, attention: str, one_per_step: bool = False
+    run: EngineRun, models: Path, attention: str, one_per_step: bool = False
 ) -> dict[str, Any]:
-    """One workload through vLLM's ``LLM`` with ``attention`` selected for every attention layer
+    """One run through vLLM's ``LLM`` with ``attention`` selected for every attention layer
     (the draft's too); ``one_per_step``: the scheduler runs one request at a time. Returns each
     request's tokens and logprobs, or the error, and what served ``ROCM_AITER_FA``."""
     from vllm import LLM, SamplingParams
 
     options: dict[str, Any] = dict(
-        model=str(models / workload.model), skip_tokenizer_init=True, enforce_eager=True,
+        model=str(models / run.model), skip_tokenizer_init=True, enforce_eager=True,
         dtype="float16", gpu_memory_utilization=0.1, max_model_len=1024, block_size=BLOCK_SIZE,
         max_num_batched_tokens=TOKEN_BUDGET, enable_chunked_prefill=True,
-        enable_prefix_caching=True, attention_backend=attention, seed=0, **workload.options,
+        enable_prefix_caching=True, attention_backend=attention, seed=0, **run.options,
     )  # fmt: skip
     if one_per_step:
         options["max_num_seqs"] = 1
-    if workload.draft is not None:
+    if run.draft is not None:
         options["speculative_config"] = {
-            "method": "eagle", "model": str(models / workload.draft),
+            "method": "eagle", "model": str(models / run.draft),
             "num_speculative_tokens": 2, "attention_backend": attention,
         }  # fmt: skip
-    result: dict[str, Any] = {"workload": workload.name, "attention": attention,
+    result: dict[str, Any] = {"run": run.name, "attention": attention,
                               "one_per_step": one_per_step}  # fmt: skip
     llm = None
     try:
         llm = LLM(**options)
         params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=0)
         requests = []
-        for batch in workload.batches:
+        for batch in run.batches:
             outputs = llm.generate([{"prompt_token_ids": p} for p in batch], params)
             for prompt, output in zip(batch, outputs, strict=True):
                 completion = output.outputs[0]
@@ -186,7 +188,7 @@ def serve(
                     }
                 )
         result["requests"] = requests
-    except Exception as exc:  # the engine stopped: the comparison reports it for this workload
+    except Exception as exc:  # the engine stopped: the comparison reports it for this run
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-3000:]
     finally:
@@ -216,24 +218,14 @@ def _release_engine() -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--attention", required=True, choices=["CPU_ATTN", "ROCM_AITER_FA"])
-    parser.add_argument("--models", required=True, type=Path)
-    parser.add_argument("--workloads", nargs="+", default=[w.name for w in WORKLOADS])
-    parser.add_argument("--one-request-per-step", action="store_true")
-    args = parser.parse_args(argv)
+def serve_all(request: dict[str, Any]) -> dict[str, Any]:
+    """In the engine tier's child (``child.call``, with ``ENGINE_ENV``): each named run through
+    ``request["attention"]``, one request per step where asked."""
     missing = {k: v for k, v in ENGINE_ENV.items() if os.environ.get(k) != v}
     if missing:
-        parser.error(f"start this child with {missing} (the engine tier's environment)")
-    from vllm_rocm_aiter_plugin.diagnostics import child
-
-    child.report({
-        name: serve(WORKLOADS_BY_NAME[name], args.models, args.attention, args.one_request_per_step)
-        for name in args.workloads
-    })  # fmt: skip
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        raise RuntimeError(f"start this child with {missing} (the engine tier's environment)")
+    models, one_per_step = Path(request["models"]), request["one_request_per_step"]
+    return {
+        name: serve(ENGINE_RUNS_BY_NAME[name], models, request["attention"], one_per_step)
+        for name in request["runs"]
+    }
