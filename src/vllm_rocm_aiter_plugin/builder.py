@@ -23,7 +23,7 @@ from vllm.v1.attention.backends.rocm_aiter_fa import (
     rocm_aiter_ops,
 )
 
-from vllm_rocm_aiter_plugin import envs
+from vllm_rocm_aiter_plugin import envs, exposure
 from vllm_rocm_aiter_plugin import split as plugin_split
 from vllm_rocm_aiter_plugin.log import logger
 from vllm_rocm_aiter_plugin.rebind import NotRebindable, with_globals
@@ -32,8 +32,9 @@ SPLIT_GLOBAL_NAME = "split_decodes_prefills_and_extends"
 
 VERIFIED_BUILD_FINGERPRINTS: dict[str, str] = {
     # sha256[:16] of the dedented source of AiterFlashAttentionMetadataBuilder.build -> the
-    # releases that ship that source. Each entry is here because the differential tests passed
-    # on those releases (docs/releases.md).
+    # releases that ship that source (read off each wheel: tests/unit/test_builder.py holds the
+    # installed release's label to it, and compat runs it on every tested release). Each entry is
+    # here because the differential tests passed on those releases (docs/releases.md).
     "b3a5951077f556d2": "0.20.0-0.21.0",
     "47315118f14dbfc4": "0.22.0-0.22.1",
     "ab2125a990db7e9a": "0.23.0-0.25.1",
@@ -41,7 +42,7 @@ VERIFIED_BUILD_FINGERPRINTS: dict[str, str] = {
     "b8a50bc1402ac5b5": "0.29.0",
     "b1ce8d5f4cce7fb6": "0.30.0-0.31.0",
     "57f58c56fc465096": "0.32.0",
-    "01dedefe29a05505": "0.33.0",
+    "01dedefe29a05505": "0.33.0-0.34.0",
 }
 
 
@@ -145,7 +146,16 @@ def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return host.to(device, non_blocking=True)
 
 
-class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
+class CountingAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
+    """A ROCM_AITER_FA builder whose builds count the requests stock's split serves without
+    their context (:mod:`.exposure`): the plugin's and observe mode's."""
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> Any:
+        with exposure.not_counted():  # a capture is not a step
+            return super().build_for_cudagraph_capture(common_attn_metadata)
+
+
+class PluginAiterFlashAttentionMetadataBuilder(CountingAiterFlashAttentionMetadataBuilder):
     """vLLM's ROCM_AITER_FA metadata builder, splitting batches with the plugin's split."""
 
     vllm_build = staticmethod(_vllm_build_with_plugin_split())
@@ -174,6 +184,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
     ) -> AiterFlashAttentionMetadata:
         if self.runs_own_build():
             return self._own_build(common_prefix_len, common_attn_metadata)
+        count(self, common_attn_metadata, observed=False)
         return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
 
     def runs_own_build(self) -> bool:
@@ -193,6 +204,7 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         if features.asm_kv_scale_tables:
             self._build_asm_kv_scale_tables()
         split = plugin_split.split_batch(cam, self.threshold)
+        exposure.record(split, False, self.vllm_config.parallel_config.data_parallel_rank)
         seq_lens = split.seq_lens
         if seq_lens is None and (
             features.host_seq_lens_always or split.num_extends or split.num_prefills
@@ -406,6 +418,32 @@ class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilde
         if "seq_tot" in features.chunks:  # 0.20-0.21
             values.update(seq_tot=chunk_lens.sum(dim=1).tolist(), seq_lens=chunk_lens)
         return aiter_fa.AiterChunkContextMetadata(**values)
+
+
+def count(
+    builder: AiterFlashAttentionMetadataBuilder, cam: CommonAttentionMetadata, observed: bool
+) -> None:
+    """Count the step's rows stock's split serves without their context (:mod:`.exposure`);
+    never raises into vLLM's build."""
+    try:
+        split = plugin_split.split_batch(cam, cast(int, builder.reorder_batch_threshold))
+    except Exception:  # input the split refuses: stock's build() says what it makes of it
+        return
+    exposure.record(split, observed, builder.vllm_config.parallel_config.data_parallel_rank)
+
+
+class ObservingAiterFlashAttentionMetadataBuilder(CountingAiterFlashAttentionMetadataBuilder):
+    """Stock's builder, unchanged, that counts the requests its split serves without their
+    context (``VLLM_ROCM_AITER_PLUGIN=observe``)."""
+
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata: CommonAttentionMetadata,
+        fast_build: bool = False,
+    ) -> AiterFlashAttentionMetadata:
+        count(self, common_attn_metadata, observed=True)
+        return super().build(common_prefix_len, common_attn_metadata, fast_build)
 
 
 def token_to_request(cu_chunk: torch.Tensor, width: int) -> torch.Tensor:

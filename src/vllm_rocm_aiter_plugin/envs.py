@@ -18,17 +18,21 @@ VLLM_PLUGINS = "VLLM_PLUGINS"
 USE_AITER = "VLLM_ROCM_USE_AITER"
 USE_AITER_MHA = "VLLM_ROCM_USE_AITER_MHA"
 SHUFFLE_LAYOUT = "VLLM_ROCM_SHUFFLE_KV_CACHE_LAYOUT"
+EXPOSURE_DIR = "VLLM_ROCM_AITER_PLUGIN_EXPOSURE_DIR"
 
 _OFF = ("0", "false", "off", "no", "disable", "disabled")
 _ON = ("1", "true", "on", "yes", "auto", "enable", "enabled", "")
 
 
 class Switch(enum.Enum):
-    """An on/off/force setting: on (the default) acts where the plugin's checks allow it."""
+    """An on/off/force setting: on (the default) acts where the plugin's checks allow it;
+    ``VLLM_ROCM_AITER_PLUGIN`` also takes observe (stock's output, the requests it serves without
+    their context counted)."""
 
     ON = "on"
     OFF = "off"
     FORCE = "force"
+    OBSERVE = "observe"
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,12 @@ def _words(raw: str) -> str:
     return raw.strip().lower()
 
 
-def _on_off_force(name: str, on: str, off: str, force: str) -> Callable[[str | None], Reading]:
-    """A parser of an on/off/force switch: unset or an "on" word, ``0`` or an "off" word, or
-    ``force``; anything else is a problem, read as on."""
+def _on_off_force(
+    name: str, on: str, off: str, force: str, observe: str | None = None
+) -> Callable[[str | None], Reading]:
+    """A parser of an on/off/force switch: unset or an "on" word, ``0`` or an "off" word,
+    ``force``, and ``observe`` where it has that meaning; anything else is a problem, read as
+    on."""
 
     def parse(raw: str | None) -> Reading:
         if raw is None:
@@ -74,13 +81,16 @@ def _on_off_force(name: str, on: str, off: str, force: str) -> Callable[[str | N
             return Reading(Switch.OFF, off)
         if word == "force":
             return Reading(Switch.FORCE, force)
+        if word == "observe" and observe is not None:
+            return Reading(Switch.OBSERVE, observe)
         if word in _ON:
             return Reading(Switch.ON, on)
+        also = ", observe to count without fixing" if observe is not None else ""
         return Reading(
             Switch.ON,
             "not understood: treated as unset",
             f"{name}={shown(raw)} is not understood; using on. Use 0 to switch it off, force to "
-            "override the plugin's checks, or leave it unset.",
+            f"override the plugin's checks{also}, or leave it unset.",
         )
 
     return parse
@@ -91,6 +101,8 @@ parse_switch = _on_off_force(
     "the plugin activates where the policy says",
     "the plugin is switched off: ROCM_AITER_FA stays stock",
     "the plugin overrides ROCM_AITER_FA whatever the policy says",
+    "observe: ROCM_AITER_FA serves stock's output and the plugin only counts the requests stock "
+    "serves without their cached context",
 )
 parse_own_build = _on_off_force(
     OWN_BUILD,
@@ -151,6 +163,14 @@ def parse_shuffle_layout(raw: str | None) -> Reading:
     return Reading(False, "off: the standard KV-cache layout")
 
 
+def parse_exposure_dir(raw: str | None) -> Reading:
+    """``VLLM_ROCM_AITER_PLUGIN_EXPOSURE_DIR``: where the counting processes write their exposure
+    totals for ``/metrics`` (the plugin sets it in the first process that loads it)."""
+    if raw is None:
+        return Reading(None, "unset: the first process that loads the plugin sets it")
+    return Reading(raw, f"the exposure totals go to {cut(raw)}")
+
+
 def parse_attention_backend(raw: str | None) -> Reading:
     """``VLLM_ATTENTION_BACKEND``, without vLLM: the name it gives (upper case), or None for
     automatic selection. Which backend that name selects, and whether it can run here, needs vLLM:
@@ -181,7 +201,9 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable(SWITCH, "plugin",
              "unset or `1`: on; `0`: stock vLLM everywhere; `force`: take ROCM_AITER_FA even "
-             "where the activation policy below would not", parse_switch),
+             "where the activation policy below would not; `observe`: stock's output, and the "
+             "requests stock serves without their context counted (log, /metrics)",
+             parse_switch),
     Variable(OWN_BUILD, "plugin",
              "unset or `1`: the plugin's own metadata build on the vLLM releases it was checked "
              "against (context chunks sized by the rows that read context); `0`: vLLM's own "
@@ -204,6 +226,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(USE_AITER_MHA, "vLLM",
              "unset, `1` or `true`: AITER attention in automatic selection; counts only with "
              "VLLM_ROCM_USE_AITER=1", parse_use_aiter_mha),
+    Variable(EXPOSURE_DIR, "plugin",
+             "set by the plugin in the first process that loads it (under `vllm serve`: the API "
+             "server); the processes it starts write their exposure counts there, which "
+             "`/metrics` reads. Leave it unset", parse_exposure_dir),
     Variable(SHUFFLE_LAYOUT, "vLLM",
              "`1` or `true`: AITER's shuffle KV-cache layout (gfx950 images). The doctor's "
              "forward check runs in the layout it names", parse_shuffle_layout),

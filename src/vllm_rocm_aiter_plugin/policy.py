@@ -18,6 +18,7 @@ NEWEST_TESTED_VLLM = parse(releases.NEWEST) or (0, 0, 0)
 """Newest release the test suite has passed against (``releases.TESTED``)."""
 
 BACKEND_QUALNAME = "vllm_rocm_aiter_plugin.backend.PluginAiterFlashAttentionBackend"
+OBSERVING_QUALNAME = "vllm_rocm_aiter_plugin.backend.ObservingAiterFlashAttentionBackend"
 PLATFORM_QUALNAME = "vllm_rocm_aiter_plugin.platform.AiterRocmPlatform"
 
 
@@ -38,11 +39,13 @@ def plugin_allowed(allowlist: list[str] | None, name: str = PLUGIN_NAME) -> bool
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do, and the one log line that says so (``level``: a ``logging`` level name)."""
+    """What to do, and the one log line that says so (``level``: a ``logging`` level name);
+    ``backend``: the class that takes ``ROCM_AITER_FA`` where it activates."""
 
     activate: bool
     level: str
     message: str
+    backend: str = BACKEND_QUALNAME
 
 
 def decide_registration(
@@ -58,6 +61,8 @@ def decide_registration(
             False, "INFO", f"{SWITCH_ENV} disables the plugin; ROCM_AITER_FA stays stock."
         )
     forced = switch is Switch.FORCE
+    if switch is Switch.OBSERVE:
+        return _observing(vllm_version, current_backend_path, stock_backend_path)
     if current_backend_path == BACKEND_QUALNAME:
         return Decision(True, "DEBUG", "ROCM_AITER_FA already resolves to the plugin.")
     if current_backend_path != stock_backend_path and not forced:
@@ -117,12 +122,34 @@ def decide_registration(
     )
 
 
+def _observing(vllm_version: str, current: str, stock: str) -> Decision:
+    """Observe mode: stock's ``ROCM_AITER_FA`` with a builder that counts, where stock serves it
+    (another package's override is kept)."""
+    if current not in (stock, OBSERVING_QUALNAME, BACKEND_QUALNAME):
+        return Decision(
+            False,
+            "WARNING",
+            f"ROCM_AITER_FA is already overridden by {current}; {SWITCH_ENV}=observe counts "
+            "nothing there.",
+        )
+    return Decision(
+        True,
+        "WARNING",
+        f"{SWITCH_ENV}=observe: ROCM_AITER_FA serves stock vLLM's output (its split, build and "
+        f"impl; vLLM {vllm_version}), and the plugin only counts the requests stock serves without "
+        f"their cached context. Unset {SWITCH_ENV} to serve them with it.",
+        OBSERVING_QUALNAME,
+    )
+
+
 def decide_platform(
     switch: Switch, rocm_gpu_present: bool, other_platform_plugins: Iterable[str]
 ) -> Decision:
     """Whether the platform plugin returns its ``RocmPlatform`` subclass."""
     if switch is Switch.OFF:
         return Decision(False, "DEBUG", f"{SWITCH_ENV} disables the platform plugin.")
+    if switch is Switch.OBSERVE:
+        return Decision(False, "DEBUG", "observe mode: vLLM's own ROCm platform selects.")
     if not rocm_gpu_present:
         return Decision(False, "DEBUG", "no ROCm GPU; the platform plugin stays inactive.")
     others = sorted(other_platform_plugins)

@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 
-from vllm_rocm_aiter_plugin import envs, policy
+from vllm_rocm_aiter_plugin import envs, exposure, policy
 from vllm_rocm_aiter_plugin.log import logger
 
 _lock = threading.Lock()
@@ -62,14 +62,15 @@ def _register() -> None:
         problem = envs.read(name).problem
         if problem:
             logger().warning("%s", problem)
+    exposure.open_channel()  # the first process's folder for /metrics; its children inherit it
     backend = AttentionBackendEnum.ROCM_AITER_FA
     vllm_version, build_verified = vllm_version_for_policy()
     decision = policy.decide_registration(
         vllm_version, envs.read(envs.SWITCH).value, backend.get_path(), backend.value,
         build_verified,
     )  # fmt: skip
-    if decision.activate and backend.get_path() != policy.BACKEND_QUALNAME:
-        register_backend(backend, policy.BACKEND_QUALNAME)
+    if decision.activate and backend.get_path() != decision.backend:
+        register_backend(backend, decision.backend)
     _log(decision)
 
 

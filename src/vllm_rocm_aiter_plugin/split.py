@@ -28,6 +28,8 @@ class BatchSplit:
     num_prefill_tokens: int
     query_lens: np.ndarray | None = None
     seq_lens: torch.Tensor | None = None
+    exposed_requests: int = 0  # rows stock's own split would serve without their context
+    exposed_context_tokens: int = 0  # the cached tokens those rows would not attend
 
     @property
     def counts(self) -> SplitCounts:
@@ -109,6 +111,11 @@ def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
     from_end = (context_lens > _scalar(0, context_lens.dtype))[::-1]
     last = int(from_end.argmax())
     last_context = num_reqs - 1 - last if from_end.item(last) else -1
+    exposed, unattended = (
+        _stock_exposure(cam, query_lens, is_long, context_lens)
+        if last_context >= first_long  # else no row with context where stock's region can start
+        else (0, 0)
+    )
     if getattr(cam, "causal", True):
         start, prefill_row = max(first_long, last_context + 1), is_long
     else:
@@ -125,14 +132,37 @@ def split_batch(cam: CommonAttentionMetadata, threshold: int) -> BatchSplit:
         return BatchSplit(
             first_long, num_reqs - first_long, 0,
             decode_tokens, num_tokens - decode_tokens, 0,
-            query_lens, seq_lens,
+            query_lens, seq_lens, exposed, unattended,
         )  # fmt: skip
     prefill_start = qsl.item(first_prefill)
     return BatchSplit(
         first_long, first_prefill - first_long, num_reqs - first_prefill,
         decode_tokens, prefill_start - decode_tokens, num_tokens - prefill_start,
-        query_lens, seq_lens,
+        query_lens, seq_lens, exposed, unattended,
     )  # fmt: skip
+
+
+def _stock_exposure(
+    cam: CommonAttentionMetadata,
+    query_lens: np.ndarray,
+    is_long: np.ndarray,
+    context_lens: np.ndarray,
+) -> tuple[int, int]:
+    """The rows stock's own split puts in its prefill region although they have context, and the
+    cached tokens they would not attend. Stock's rule (every release 0.20.0-0.34.0): the region
+    starts at the first long row whose ``seq_lens_cpu_upper_bound`` equals its query length. Not
+    counted: a causal batch only (on a non-causal one neither region is right for such a row,
+    ``docs/upstream/README.md``), and none without the upper bound (stock's split asserts it)."""
+    bound = getattr(cam, "seq_lens_cpu_upper_bound", None)
+    if bound is None or not getattr(cam, "causal", True):
+        return 0, 0
+    in_prefill = is_long & (bound.numpy()[: query_lens.shape[0]] == query_lens)
+    first = int(in_prefill.argmax())
+    if not in_prefill.item(first):
+        return 0, 0
+    lost = context_lens[first:]  # never negative (checked): the rows without context add 0
+    exposed = int(np.count_nonzero(lost))
+    return (exposed, int(lost.sum())) if exposed else (0, 0)  # the sum only where it counts
 
 
 def exact_host_seq_lens(cam: CommonAttentionMetadata) -> torch.Tensor:

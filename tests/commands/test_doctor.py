@@ -79,6 +79,9 @@ def test_default_install_reports_fix_active():
     forward = report["forward"]
     assert forward["right"] is True, forward["detail"]
     assert bool(forward["stock_wrong"]) is drops
+    # what stock's split serves without context on these steps, and the plugin counted of it
+    assert forward["counted"] == forward["stock_without_context"]
+    assert (forward["stock_without_context"] > 0) is drops
     first = forward["report"]["cases"][0]
     facts = forward["report"]["facts"]  # what compat records of each release
     assert set(facts) == {field.name for field in dataclasses.fields(probe.ReleaseFacts)}

@@ -167,3 +167,21 @@ def test_existing_override_is_kept_with_a_warning_and_replaced_by_force():
     ), kept.output[-3000:]
     forced = run_child(code, {"VLLM_ROCM_AITER_PLUGIN": "force"})
     assert forced.result["path"] == PLUGIN_BACKEND
+
+
+def test_observe_mode_resolves_to_stocks_backend_with_a_counting_builder_and_warns_once():
+    child = run_child(
+        RESOLVE.replace(
+            'report({"path"',
+            'cls = AttentionBackendEnum.ROCM_AITER_FA.get_class()\nreport({"impl": '
+            'cls.get_impl_cls().__module__, "path"',
+        ),
+        {"VLLM_ROCM_AITER_PLUGIN": "observe"},
+    )
+    assert (
+        child.result["path"] == "vllm_rocm_aiter_plugin.backend.ObservingAiterFlashAttentionBackend"
+    )
+    assert child.result["impl"] == "vllm.v1.attention.backends.rocm_aiter_fa"  # stock's impl
+    lines = [line for line in child.output.splitlines() if "=observe: ROCM_AITER_FA" in line]
+    assert len(lines) == 1 and "WARNING" in lines[0], child.output[-3000:]
+    assert not _activation_lines(child.output)

@@ -15,6 +15,7 @@ from tests.helpers import (
 )
 from tests.helpers.aiter_triton import load_unified_attention
 from tests.helpers.forward_checks import case_of
+from tests.helpers.forward_child import TIER_KINDS
 from vllm_rocm_aiter_plugin.builder import own_build_default
 from vllm_rocm_aiter_plugin.diagnostics import probe
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, runner
@@ -46,6 +47,23 @@ def test_plugin_output_equals_the_reference_for_every_request(report, name):
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_stock_is_wrong_exactly_where_it_drops_context(report, name):
     forward_checks.check_stock(case_of(report, name), report.facts)
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_observe_serves_stocks_output_and_counts_the_rows_served_without_context(report, name):
+    forward_checks.check_exposure(case_of(report, name), report.facts)
+
+
+def test_mutation_a_count_that_misses_a_row_fails_the_tier(report):
+    """The count planted to leave out one exposed row: the exposure check fails on it, while
+    every output stays right (the count changes nothing served)."""
+    (case,), _ = forward_child.mutated(report, "exposure-misses-a-row")
+    assert (
+        case["observe"].counted["request_steps"] == len(case["stock"].served_without_context()) - 1
+    )
+    with pytest.raises(AssertionError):
+        forward_checks.check_exposure(case, report.facts)
+    forward_checks.check_plugin(case)
 
 
 def test_stock_drops_context_somewhere_on_every_release(report):
@@ -109,6 +127,19 @@ def test_the_plugins_impl_is_what_counts_the_sink_once(report):
     assert v1["plugin"].wrong(v1.tolerance) == set()
 
 
+@pytest.mark.parametrize("name", forward_child.STOPGAP_CASES)
+def test_the_stopgap_serves_every_row_where_stock_drops_context(report, name):
+    """The README's stopgap without the plugin: vLLM's TRITON_ATTN (no three-way split) on the
+    same V2-ordered step, through vLLM's real builder, impl and Triton kernels, interpreted:
+    every row right, where stock's ROCM_AITER_FA gets one wrong (or stops)."""
+    case = case_of(report, name)
+    stopgap, stock = case[forward_child.STOPGAP], case["stock"]
+    assert stopgap.error is None, stopgap.traceback
+    assert len(stopgap.rows) == len(stock.rows or stopgap.rows)
+    assert stopgap.wrong(case.tolerance) == set()
+    assert stock.error or stock.wrong(case.tolerance)
+
+
 def test_steps_of_vllms_scheduler(report):
     """Steps of vLLM's Scheduler on the serving trace's workloads where stock drops context in
     V2 order, in V2 and V1 order: the plugin is right on every request; stock only in V1."""
@@ -119,6 +150,7 @@ def test_steps_of_vllms_scheduler(report):
         forward_checks.check_plugin(case)
         forward_checks.check_stock(case, report.facts)
         forward_checks.check_chunks(case)
+        forward_checks.check_exposure(case, report.facts)
         expected = forward_checks.expected_stock_wrong(case, report.facts)
         assert bool(expected) == (case.order == "v2"), case.case
 
@@ -364,12 +396,12 @@ def test_vllms_shuffle_write_ran_on_every_shuffle_step(report):
     if harness.SHUFFLE_WRITE_NAME in vars(rocm_aiter_fa):
         pytest.skip("on ROCm the tier runs vLLM's own shuffle write as it is, uncounted")
     calls = report.shuffle_write_calls
-    # each case writes its context, then its new tokens, once per backend (stock, plugin)
+    # each case writes its context, then its new tokens, once per backend (stock, plugin, observe)
     ran = [c for c in SHUFFLE_CASES if c.name in _applicable(report)]
-    assert calls["kernel_calls"] == 4 * len(ran)
+    assert calls["kernel_calls"] == 2 * len(TIER_KINDS) * len(ran)
     fp8_cases = [c for c in ran if c.fp8]
     if report.device == "cpu":  # the reference writes fp8 caches (the interpreter's rounding)
-        assert calls["reference_calls"] == 4 * len(fp8_cases)
+        assert calls["reference_calls"] == 2 * len(TIER_KINDS) * len(fp8_cases)
 
 
 # ---- A non-causal batch (CommonAttentionMetadata.causal False, which 0.33's model-runner V2

@@ -28,10 +28,11 @@ SERVERS = {
     "CPU_ATTN": ("CPU_ATTN", {}, False),
     "ONE_PER_STEP": ("ROCM_AITER_FA", {"VLLM_ROCM_AITER_PLUGIN": "off"}, True),
     "plugin": ("ROCM_AITER_FA", {}, False),
-    "stock": ("ROCM_AITER_FA", {"VLLM_ROCM_AITER_PLUGIN": "off"}, False),
+    "observe": ("ROCM_AITER_FA", {"VLLM_ROCM_AITER_PLUGIN": "observe"}, False),
 }
 """Who serves (backend, environment, one request per step): the oracles, then ``ROCM_AITER_FA``
-with the plugin and with the plugin switched off."""
+with the plugin and in observe mode: stock's split, build and impl (stock's output, which the
+forward tier checks row by row), counted."""
 
 ORACLES = {
     "CPU_ATTN": "vLLM's CPU_ATTN in the same engine, runner, model and prompts",
@@ -156,8 +157,8 @@ def _finish(server: str, started: child.Started) -> dict[str, dict]:
 def summary_line(
     release: str, plugin: list[Comparison], stock: list[Comparison], oracles: dict[str, str]
 ) -> str:
-    """``engine <release>: plugin k/n requests equal CPU_ATTN (...); stock j/n``, naming each
-    run's oracle (``oracles``: run name to ``ORACLES`` key)."""
+    """``engine <release>: plugin k/n requests equal CPU_ATTN (...); stock (observe mode) j/n``,
+    naming each run's oracle (``oracles``: run name to ``ORACLES`` key)."""
     n = sum(c.total for c in plugin)
     k = sum(sum(c.equal) for c in plugin)
     j = sum(sum(c.equal) for c in stock)
@@ -167,4 +168,4 @@ def summary_line(
     else:
         note = f" ({', '.join(others)}: one request per step)" if others else ""
         judged = f"CPU_ATTN{note}"
-    return f"engine {release}: plugin {k}/{n} requests equal {judged}; stock {j}/{n}"
+    return f"engine {release}: plugin {k}/{n} requests equal {judged}; stock (observe mode) {j}/{n}"

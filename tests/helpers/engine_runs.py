@@ -3,13 +3,13 @@ they are served with), and the child that serves them through vLLM's ``LLM``."""
 
 from __future__ import annotations
 
-import gc
 import os
 import random
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vllm_rocm_aiter_plugin.diagnostics import ab
 
 VOCAB = 512
 BLOCK_SIZE = 32  # CPU_ATTN takes multiples of 32; ROCM_AITER_FA takes 16 and 32
@@ -61,6 +61,17 @@ def _prefix_hit_batches() -> list[list[list[int]]]:
     ]
 
 
+def _prefix_reach_batches() -> list[list[list[int]]]:
+    """A 600-token prompt beside two short new ones: its last chunk (tokens 512 to 599, after
+    two steps of 256) shares a step with them, so stock's split serves it without its context
+    and the K/V its wrong output gives the next layer is cached. Then, alone in every step it
+    is in, a prompt whose first 576 tokens are that prompt's (18 full blocks of 32, the last two
+    written from that chunk): a prefix-cache hit on them."""
+    long_prompt, *short = _prompts(7, [600, 20, 35])
+    (tail,) = _prompts(8, [24])
+    return [[long_prompt, *short], [long_prompt[:576] + tail]]
+
+
 @dataclass(frozen=True)
 class EngineRun:
     """Prompts served batch after batch through vLLM's engine, with a model and options, and the
@@ -96,6 +107,12 @@ ENGINE_RUNS = [
         oracle="ONE_PER_STEP",
     ),
     EngineRun("sliding-window", "mistral-sw", covers="sliding window (128 tokens)"),
+    EngineRun(
+        "prefix-reach",
+        "llama",
+        batches=_prefix_reach_batches(),
+        covers="a prefix-cache hit on blocks an exposed chunk wrote, served alone",
+    ),
 ]
 ENGINE_RUNS_BY_NAME = {run.name: run for run in ENGINE_RUNS}
 
@@ -146,55 +163,25 @@ def save_models(folder: Path) -> None:
 def serve(
     run: EngineRun, models: Path, attention: str, one_per_step: bool = False
 ) -> dict[str, Any]:
-    """One run through vLLM's ``LLM`` with ``attention`` selected for every attention layer
-    (the draft's too); ``one_per_step``: the scheduler runs one request at a time. Returns each
-    request's tokens and logprobs, or the error, and what served ``ROCM_AITER_FA``."""
-    from vllm import LLM, SamplingParams
-
+    """One run through ``vllm-rocm-aiter-plugin ab``'s engine (``ab.generate``) with
+    ``attention`` for every attention layer (the draft's too); ``one_per_step``: the scheduler
+    runs one request at a time. Each request's tokens and logprobs, or the error, and what
+    served ``ROCM_AITER_FA``."""
     options: dict[str, Any] = dict(
         model=str(models / run.model), skip_tokenizer_init=True, enforce_eager=True,
         dtype="float16", gpu_memory_utilization=0.1, max_model_len=1024, block_size=BLOCK_SIZE,
         max_num_batched_tokens=TOKEN_BUDGET, enable_chunked_prefill=True,
-        enable_prefix_caching=True, attention_backend=attention, seed=0, **run.options,
+        enable_prefix_caching=True, seed=0, **run.options,
     )  # fmt: skip
     if one_per_step:
         options["max_num_seqs"] = 1
     if run.draft is not None:
         options["speculative_config"] = {
-            "method": "eagle", "model": str(models / run.draft),
-            "num_speculative_tokens": 2, "attention_backend": attention,
+            "method": "eagle", "model": str(models / run.draft), "num_speculative_tokens": 2,
         }  # fmt: skip
-    result: dict[str, Any] = {"run": run.name, "attention": attention,
-                              "one_per_step": one_per_step}  # fmt: skip
-    llm = None
-    try:
-        llm = LLM(**options)
-        params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=0)
-        requests = []
-        for batch in run.batches:
-            outputs = llm.generate([{"prompt_token_ids": p} for p in batch], params)
-            for prompt, output in zip(batch, outputs, strict=True):
-                completion = output.outputs[0]
-                requests.append(
-                    {
-                        "prompt_tokens": len(prompt),
-                        "tokens": list(completion.token_ids),
-                        "logprobs": [
-                            step[token].logprob
-                            for step, token in zip(
-                                completion.logprobs or [], completion.token_ids, strict=False
-                            )
-                        ],
-                    }
-                )
-        result["requests"] = requests
-    except Exception as exc:  # the engine stopped: the comparison reports it for this run
-        result["error"] = f"{type(exc).__name__}: {exc}"
-        result["traceback"] = traceback.format_exc()[-3000:]
-    finally:
-        del llm
-        _release_engine()
-    result["aiter_fa"] = _aiter_fa_usage()
+    batches = [[{"prompt_token_ids": p} for p in batch] for batch in run.batches]
+    result = ab.generate(options, batches, MAX_TOKENS, attention)
+    result.update(run=run.name, one_per_step=one_per_step, aiter_fa=_aiter_fa_usage())
     return result
 
 
@@ -205,17 +192,6 @@ def _aiter_fa_usage() -> dict[str, Any]:
     except ImportError:
         return {}
     return usage()
-
-
-def _release_engine() -> None:
-    """What vLLM's own tests do between two ``LLM`` objects in one process."""
-    gc.collect()
-    try:
-        from vllm.distributed import cleanup_dist_env_and_memory
-
-        cleanup_dist_env_and_memory()
-    except Exception:
-        pass
 
 
 def serve_all(request: dict[str, Any]) -> dict[str, Any]:

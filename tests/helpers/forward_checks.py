@@ -66,6 +66,27 @@ def check_stock(case: CaseResult, facts: ReleaseFacts) -> None:
     assert stock.wrong(case.tolerance) == expected_stock_wrong(case, facts), case.case
 
 
+def check_exposure(case: CaseResult, facts: ReleaseFacts) -> None:
+    """Observe mode serves stock's output (its regions, errors and NaN, or its crash) and counts
+    the rows of stock's prefill region that have context, with their cached tokens; the plugin,
+    right on every row, counts the same (none on a non-causal step, whose rows with context no
+    region serves right). Where nothing else makes a stock row wrong (a causal step without
+    sinks and without empty merges), the counted rows are exactly the rows off the reference."""
+    stock, observe, plugin = case["stock"], case["observe"], case["plugin"]
+    assert observe.error == stock.error, case.case
+    if stock.error:
+        return
+    assert [(r.region, r.error, r.nan) for r in observe.rows] == [
+        (r.region, r.error, r.nan) for r in stock.rows
+    ], case.case
+    lost = stock.served_without_context() if causal(case) else []
+    counted = {"request_steps": len(lost), "context_tokens": sum(r.context for r in lost)}
+    assert observe.counted == counted and plugin.counted == counted, (case.case, counted)
+    sinks = case.configuration.get("sinks") and stock.chunks
+    if causal(case) and not sinks and not (facts.merge_nan and stock.chunks >= 2):
+        assert {r.req_id for r in lost} == stock.wrong(case.tolerance), case.case
+
+
 def check_chunks(case: CaseResult) -> None:
     """On a V2-ordered step, no more context chunks than stock's for the same requests in V1
     order (where this vLLM has a V1 runner), each within the workspace."""

@@ -24,6 +24,10 @@ from vllm_rocm_aiter_plugin.diagnostics.forward.report import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
+TIER_KINDS = (*runner.KINDS, "observe")
+"""Who serves each case in the tier: stock, the plugin, and observe mode (stock's output, counted)."""
+
+
 @dataclass
 class TierRequest:
     """A forward request and the tests' additions: which cases also run the ``CONTROLS``,
@@ -34,6 +38,7 @@ class TierRequest:
     scheduler_steps: bool = False
     graph_replays: bool = False
     mutations: dict[str, list[str]] = field(default_factory=dict)
+    stopgaps: list[str] = field(default_factory=list)  # cases also served by STOPGAP
     aiter_kernel: bool = True  # AITER's own Triton kernel where its wheel loads (CPU)
 
     def to_json(self) -> dict[str, Any]:
@@ -73,6 +78,30 @@ def controls() -> dict[str, type]:
     }
 
 
+STOPGAP = "TRITON_ATTN"
+"""What the README offers where the plugin cannot go in: a backend without the three-way split."""
+STOPGAP_CASES = ("v2-sinks", "v2-head128-block32-gqa4", "v2-head256-block32-gqa8",
+                 "eagle-mixed-v2-head128-block32-mha")  # fmt: skip
+"""V2-ordered steps on which stock's ``ROCM_AITER_FA`` serves a row without its context, small
+enough for vLLM's Triton kernels under the interpreter (the 8192-token ones take minutes), with a
+16-bit cache (vLLM's Triton cache write refuses fp8 below SM89, the interpreter included)."""
+
+
+def stopgap() -> dict[str, type]:
+    """``STOPGAP``'s backend class, as vLLM's registry gives it."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return {STOPGAP: AttentionBackendEnum[STOPGAP].get_class()}
+
+
+def extra_backends(tier: TierRequest, name: str) -> dict[str, type]:
+    """What else serves case ``name`` in ``tier``: the controls, the stopgap."""
+    return {
+        **(controls() if name in tier.controls else {}),
+        **(stopgap() if name in tier.stopgaps else {}),
+    }
+
+
 def unified_attention(device: torch.device, aiter_kernel: bool, budget: int | None = None) -> Any:
     """AITER's own Triton kernel on CPU where its wheel loads (on its first ``budget`` calls);
     else the shipped default."""
@@ -106,13 +135,12 @@ def run(tier: TierRequest) -> ForwardReport:
     with runner.forward_environment(device, request.kernel_budget, kernel) as forward:
         report = forward.report()
         report.cases = [
-            forward.run_case(
-                case, {**backends, **(controls() if case.name in tier.controls else {})}
-            )
+            forward.run_case(case, {**backends, **extra_backends(tier, case.name)})
             for case in runner.cases_here(cases)
         ]
         if tier.graph_replays:
-            report.extras["graph_replays"] = graph_replay.run_all(forward, backends)
+            replayed = {k: v for k, v in backends.items() if k in runner.KINDS}
+            report.extras["graph_replays"] = graph_replay.run_all(forward, replayed)
         forward.count_calls(report)
     from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES_BY_NAME
 
@@ -188,20 +216,23 @@ MUTATED_CASES = {
     "reference-drops-kv-scales": ["eagle-mixed-v2-fp8-e4m3fnuz"],
     "widened-fp8-caches": ["eagle-mixed-v2-fp8-e4m3fnuz"],
     "reference-drops-sink-on-causal-calls": ["v2-sinks"],
+    "exposure-misses-a-row": ["v2-example"],
 }
 
 
 @functools.cache
 def tier_report() -> ForwardReport:
     """The CPU forward tier's one run, read by every test of ``tests/forward/test_forward.py``:
-    every case, the controls, the Scheduler's steps, the graph replays and the mutations, in two
-    children side by side (each half the cases; the machines have two cores)."""
+    every case, the controls, the stopgap, the Scheduler's steps, the graph replays and the
+    mutations, in two children side by side (each half the cases; the machines have two cores)."""
     from vllm_rocm_aiter_plugin.diagnostics.forward.cases import CASES
 
+    kinds = list(TIER_KINDS)
     halves = (
-        TierRequest(ForwardRequest(list(CASES[0::2])), list(CONTROL_CASES), scheduler_steps=True,
-                    mutations=MUTATED_CASES),
-        TierRequest(ForwardRequest(list(CASES[1::2])), list(CONTROL_CASES), graph_replays=True),
+        TierRequest(ForwardRequest(list(CASES[0::2]), kinds), list(CONTROL_CASES),
+                    scheduler_steps=True, mutations=MUTATED_CASES, stopgaps=list(STOPGAP_CASES)),
+        TierRequest(ForwardRequest(list(CASES[1::2]), kinds), list(CONTROL_CASES),
+                    graph_replays=True, stopgaps=list(STOPGAP_CASES)),
     )  # fmt: skip
     started = [start(half) for half in halves]
     first, second = (runner.finish(s) for s in started)

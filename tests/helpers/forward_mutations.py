@@ -12,6 +12,7 @@ from unittest import mock
 
 import torch
 
+from vllm_rocm_aiter_plugin import split
 from vllm_rocm_aiter_plugin.diagnostics.forward import reference_kernels
 
 MUTATIONS = {
@@ -21,6 +22,8 @@ MUTATIONS = {
     "reference-drops-sink-on-causal-calls": "flash_attn_varlen_func's reference ignores sink_ptr "
     "on causal calls, as a CK that sets the sink to -inf under a mask without AITER's "
     "compensation would",
+    "exposure-misses-a-row": "the exposure count leaves out one of the rows stock serves "
+    "without their context",
 }
 OF_THE_REFERENCE = frozenset({"reference-drops-kv-scales"})
 """Mutations of the torch reference of ``unified_attention``: run with that reference as the
@@ -50,6 +53,14 @@ def _varlen_dropping_sink_on_causal_calls(*args: Any, **kwargs: Any) -> Any:
     return _VARLEN(*call.args, **call.kwargs)
 
 
+_EXPOSURE = split._stock_exposure
+
+
+def _missing_a_row(*args: Any) -> tuple[int, int]:
+    requests, tokens = _EXPOSURE(*args)
+    return max(requests - 1, 0), tokens
+
+
 @contextlib.contextmanager
 def planted(name: str, unified_attention: Any) -> Iterator[None]:
     """Within the block, the forward runner's stand-ins carry the defect ``name``;
@@ -65,6 +76,8 @@ def planted(name: str, unified_attention: Any) -> Iterator[None]:
     if name == "widened-fp8-caches":
         unified_attention.widen_fp8_caches = True
     with contextlib.ExitStack() as stack:
+        if name == "exposure-misses-a-row":
+            stack.enter_context(mock.patch.object(split, "_stock_exposure", _missing_a_row))
         if name == "reference-drops-sink-on-causal-calls":
             stack.enter_context(mock.patch.object(
                 reference_kernels, "flash_attn_varlen_func", _varlen_dropping_sink_on_causal_calls

@@ -43,6 +43,7 @@ def test_benchmark_script_reports_both_sides(tmp_path):
     own_path = builder.own_build_default()
     for (shape, n), row in rows.items():
         assert row["split_plugin_us"] > 0 and row["build_plugin_us"] > 0
+        assert row["counting_us"] >= 0
         assert row["plugin_peak_bytes"] > 0
         if shape == "pure-decode" and affected:  # the bug: stock cannot build these batches
             assert row["split_stock_error"] == row["build_stock_error"] == "AssertionError"

@@ -52,9 +52,9 @@ def test_the_summary_line_counts_requests():
     stock = [compare({"run": "w", "error": "E"}, ORACLE)]
     line = summary_line("0.32.0", plugin, stock, {"w": "CPU_ATTN", "fp8": "ONE_PER_STEP"})
     assert line.startswith("engine 0.32.0: plugin 2/2 requests equal CPU_ATTN (fp8: one request")
-    assert line.endswith("; stock 0/2")
+    assert line.endswith("; stock (observe mode) 0/2")
     line = summary_line("0.34.0", plugin, stock, {"w": "ONE_PER_STEP"})
     assert line == (
         "engine 0.34.0: plugin 2/2 requests equal stock ROCM_AITER_FA one request per step; "
-        "stock 0/2"
+        "stock (observe mode) 0/2"
     )

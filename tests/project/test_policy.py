@@ -144,3 +144,14 @@ def test_platform_decisions():
 def test_tested_range():
     assert policy.in_tested_range(OLDEST) and policy.in_tested_range(f"{NEWEST}+rocm")
     assert not policy.in_tested_range(BELOW[0]) and not policy.in_tested_range(ABOVE)
+
+
+@pytest.mark.parametrize("version", [NEWEST, ABOVE])
+def test_observe_takes_stocks_backend_with_a_counting_builder_and_says_so(version):
+    decision = decide_registration(version, Switch.OBSERVE, STOCK, STOCK)
+    assert decision.activate and decision.backend == policy.OBSERVING_QUALNAME
+    assert decision.level == "WARNING" and "serves stock vLLM's output" in decision.message
+    kept = decide_registration(version, Switch.OBSERVE, THEIRS, STOCK)
+    assert not kept.activate and "counts nothing there" in kept.message
+    assert not decide_platform(Switch.OBSERVE, True, []).activate  # stock's own selection
+    assert decide_registration(version, Switch.ON, STOCK, STOCK).backend == OURS

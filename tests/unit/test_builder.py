@@ -258,6 +258,20 @@ def test_own_build_path_is_verified_exactly_on_the_tested_releases():
     assert builder_module.own_build_default() is verified
 
 
+def test_the_installed_build_fingerprint_is_labelled_with_this_release():
+    """The fingerprint table's label for the installed ``build()`` names a range of tested
+    releases that holds the installed one (read off its wheel): the next release that ships the
+    same ``build()`` cannot leave the label behind (compat runs this on every tested release)."""
+    label = builder_module.verified_release()
+    installed = vllm_releases.release()
+    assert label is not None, f"vLLM {installed}'s build() is not in VERIFIED_BUILD_FINGERPRINTS"
+    first, _, last = label.partition("-")
+    assert {first, last or first} <= set(releases.TESTED), label
+    assert releases.parse(first) <= releases.parse(installed) <= releases.parse(last or first), (
+        f"vLLM {installed}'s build() is labelled {label}"
+    )
+
+
 def test_the_builder_body_is_the_argument_else_the_default(builder_pairs, fallback_builder_pairs):
     """Builders constructed with ``own_build=False`` run vLLM's build() code (through the
     plugin's split); the others run the own build where it is verified (or forced, by

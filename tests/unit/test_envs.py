@@ -150,3 +150,9 @@ def test_shuffle_layout_parsed_as_the_installed_vllm_does(value):
         if saved is not None:
             os.environ[envs.SHUFFLE_LAYOUT] = saved
     assert envs.parse_shuffle_layout(value).value is expected
+
+
+def test_observe_is_a_value_of_the_switch_only():
+    assert envs.parse_switch(" Observe ").value is Switch.OBSERVE
+    own_build = envs.parse_own_build("observe")
+    assert own_build.value is Switch.ON and own_build.problem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -438,3 +439,36 @@ def test_non_causal_control_the_causal_rule_differs_from_stock():
     assert plugin_split(batch, decode_threshold=1) != stock
     non_causal = dataclasses.replace(batch, causal=False)
     assert plugin_split(non_causal, decode_threshold=1) == stock
+
+
+@needs_upper_bound_field
+@randomised(2000)
+@given(step=v2_steps(max_requests=40), order=st.sampled_from(ORDERS))
+def test_the_exposure_count_is_the_rows_stocks_own_split_serves_without_their_context(
+    step: ForwardCase, order: str
+):
+    """The steps as vLLM's own sort (and its V1 reorder, where it has one) lay them out: the count
+    equals the rows with context from stock's prefill region on, found by running stock's split,
+    and their cached tokens; in V1 order it is 0."""
+    query, seq, batch = laid_out(step, order)
+    stock = _ints(stock_utils.split_decodes_prefills_and_extends(batch, step.threshold))
+    start = stock[0] + stock[1] if stock[2] else len(query)
+    lost = [s - q for q, s in zip(query[start:], seq[start:], strict=True) if s > q]
+    split = split_module.split_batch(batch, step.threshold)
+    assert (split.exposed_requests, split.exposed_context_tokens) == (len(lost), sum(lost))
+    if order == "v1":
+        assert split.exposed_requests == 0
+
+
+def test_the_exposure_count_on_the_readmes_example_and_its_controls():
+    """The README's step: one request, 8192 tokens. None on pure decode, without the upper bound
+    (stock's split asserts it) or on a non-causal batch."""
+    batch = samples.make_batch([1, 50, 800], [901, 50, 8992])
+    split = split_module.split_batch(batch, 1)
+    assert (split.exposed_requests, split.exposed_context_tokens) == (1, 8192)
+    for control in (
+        samples.make_batch([1, 1], [901, 50]),
+        samples.make_batch([1, 50, 800], [901, 50, 8992], with_upper_bound=False),
+        dataclasses.replace(batch, causal=False),
+    ):
+        assert split_module.split_batch(control, 1).exposed_requests == 0

@@ -1,4 +1,4 @@
-"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default) and doctor."""
+"""``vllm-rocm-aiter-plugin`` / ``python -m vllm_rocm_aiter_plugin``: demo (default), doctor, ab."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ EXIT_CODES = """exit codes:
   1  this vLLM is affected and the fix is not active (or not working), or a PROBLEM line
      names a misconfiguration to fix
   2  a check could not run, or the report could not be written"""
+
+AB_EXIT_CODES = """exit codes:
+  0  the plugin parts from the reference on no request stock does not part on
+  1  it does on some: attach --json to an issue
+  2  the reference or the plugin could not serve"""
 
 DESCRIPTION = (
     "Show and check the plugin's fixes of vLLM's ROCM_AITER_FA on the installed vLLM, for its "
@@ -63,6 +68,24 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     serving.add_argument("--block-size", type=int, choices=(16, 32))
     serving.add_argument("--head-size", type=int, choices=(64, 128, 256),
                          help="your model's attention head size")  # fmt: skip
+    ab = sub.add_parser(
+        "ab",
+        help="your prompts through stock ROCM_AITER_FA, the plugin and a reference backend, "
+        "each in its own engine process with your engine arguments; where each parts from the "
+        "reference",
+        usage="vllm-rocm-aiter-plugin ab MODEL --prompts FILE [options] [vllm serve's engine "
+        "arguments: --tensor-parallel-size, --kv-cache-dtype, --speculative-config, ...]",
+        epilog=AB_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    ab.add_argument("model", help="as vllm serve takes it")
+    ab.add_argument("--prompts", required=True,
+                    help="JSON Lines: a text, a list of token ids, or an object with prompt or "
+                    "prompt_token_ids per line")  # fmt: skip
+    ab.add_argument("--max-tokens", type=int, default=64, help="greedy tokens per request")
+    ab.add_argument("--reference", default="TRITON_ATTN",
+                    help="the backend judged right (default TRITON_ATTN: no three-way split)")  # fmt: skip
+    ab.add_argument("--json", action="store_true", help="one JSON document on stdout")
     return parser, doctor
 
 
@@ -80,7 +103,7 @@ def _missing_runtime() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser, doctor_parser = _parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown:
+    if unknown and args.command != "ab":  # ab hands the rest to vLLM's engine arguments
         (doctor_parser if args.command == "doctor" else parser).error(
             f"unrecognized arguments: {' '.join(unknown)}"
         )
@@ -108,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             code = doctor_output.run(
                 as_json=args.json, configuration=configuration, all_cases=args.all_cases
             )
+        elif args.command == "ab":
+            from vllm_rocm_aiter_plugin.diagnostics import ab
+
+            engine_args = ["--model", args.model, *unknown]
+            code = ab.run(engine_args, args.prompts, args.max_tokens, args.reference, args.json)
         else:
             from vllm_rocm_aiter_plugin.diagnostics import demo
 

@@ -37,6 +37,8 @@ class Versions:
     torch: str
     torch_hip: str | None
     torch_cuda: str | None
+    vllm_build_fingerprint: str | None = None  # of ROCM_AITER_FA's build() source
+    own_build: bool = False  # whether the plugin's own build body runs here (a verified source)
 
 
 @dataclass
@@ -67,6 +69,8 @@ class ForwardCheck:
     right: bool
     detail: str
     stock_wrong: list[str]  # stock's wrong requests on the first step
+    stock_without_context: int = 0  # requests stock's split served without their context
+    counted: int = 0  # what the registered backend's builder counted of them (None counts 0)
 
 
 @dataclass
@@ -93,10 +97,14 @@ class DoctorReport:
 def check_versions() -> Versions:
     import torch
 
-    from vllm_rocm_aiter_plugin import __version__, releases
+    from vllm_rocm_aiter_plugin import __version__, builder, releases
     from vllm_rocm_aiter_plugin.registration import vllm_version_for_policy
 
     vllm_version, build_verified = vllm_version_for_policy()
+    try:
+        fingerprint: str | None = builder.build_fingerprint()
+    except (OSError, TypeError):  # no source to read
+        fingerprint = None
     return Versions(
         plugin=__version__,
         vllm=vllm_version,
@@ -105,6 +113,8 @@ def check_versions() -> Versions:
         torch=torch.__version__,
         torch_hip=getattr(torch.version, "hip", None),
         torch_cuda=getattr(torch.version, "cuda", None),
+        vllm_build_fingerprint=fingerprint,
+        own_build=builder.own_build_default(),
     )
 
 
@@ -234,8 +244,11 @@ def check_forward(report: ForwardReport, own: set[str] | None = None) -> Forward
         details.append(detail if step is report.cases[0] else f"{step.case}: {detail}")
     first = report.cases[0]
     stock_wrong = sorted(first["stock"].wrong(first.tolerance))
+    ran = [s for s in report.cases if not s.not_applicable and s.configuration.get("causal", True)]
+    lost = sum(len(s["stock"].served_without_context()) for s in ran)
+    counted = sum((s["registered"].counted or {}).get("request_steps", 0) for s in ran)
     kept = dataclasses.replace(report, resolution=None)  # the doctor's own section holds it
-    return ForwardCheck(kept, right, "; ".join(details), stock_wrong)
+    return ForwardCheck(kept, right, "; ".join(details), stock_wrong, lost, counted)
 
 
 def check_policy(resolution: Resolution | None) -> policy.Decision:
@@ -259,7 +272,10 @@ def resolves_to_plugin(resolution: Resolution | None) -> bool:
 
 
 def overridden_by_other(resolution: Resolution | None) -> str | None:
-    if resolution is None or resolution.path in (resolution.stock, policy.BACKEND_QUALNAME):
+    ours = (
+        (resolution.stock, policy.BACKEND_QUALNAME, policy.OBSERVING_QUALNAME) if resolution else ()
+    )
+    if resolution is None or resolution.path in ours:
         return None
     return resolution.path
 
@@ -317,8 +333,14 @@ def _run(check: Callable[[], Any], name: str, report: DoctorReport) -> Any:
 def _problems(report: DoctorReport) -> list[str]:
     """What the operator should fix; each line comes from the check that found it."""
     problems = [v.reading.problem for v in report.variables if v.reading.problem]
-    if envs.read(envs.SWITCH).value is envs.Switch.OFF:
+    switch = envs.read(envs.SWITCH).value
+    if switch is envs.Switch.OFF:
         problems.append(f"{envs.SWITCH} disables the plugin: unset it to enable the fix")
+    if switch is envs.Switch.OBSERVE:
+        problems.append(
+            f"{envs.SWITCH}=observe: ROCM_AITER_FA serves stock's output and the plugin only "
+            "counts the requests stock serves without their context: unset it to enable the fix"
+        )
     plugins, resolution, forward = report.plugins, report.resolution, report.forward
     if plugins is not None and not plugins.general_entry_point:
         problems.append(
@@ -366,7 +388,8 @@ def _notes(report: DoctorReport) -> list[str]:
     exit code does not change)."""
     notes = [v.note for v in report.variables if v.note]
     decision = report.policy
-    if decision is not None and decision.level == "WARNING" and decision.activate:
+    fixing = decision is not None and decision.backend == policy.BACKEND_QUALNAME
+    if decision is not None and decision.level == "WARNING" and decision.activate and fixing:
         # newer than tested (or forced): the checks above ran the plugin on this very vLLM
         notes.append(f"{decision.message} The checks above ran the plugin on this vLLM.")
     versions, aiter, gpu = report.versions, report.aiter, report.gpu

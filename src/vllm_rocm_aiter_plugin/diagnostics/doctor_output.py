@@ -68,6 +68,13 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
         rows.append(("plugin", v.plugin))
         rows.append(("vLLM", f"{v.vllm} (tested {'-'.join(v.vllm_tested_range)}: {in_range})"))
         rows.append(("torch", f"{v.torch} (HIP {_fmt(v.torch_hip)}, CUDA {_fmt(v.torch_cuda)})"))
+        body = (
+            "the plugin's own build body runs (a verified build() source)"
+            if v.own_build
+            else "vLLM's build() code runs, with the plugin's split (a build() source the plugin "
+            "has not verified, or switched off)"
+        )
+        rows.append(("ROCM_AITER_FA build()", f"{_fmt(v.vllm_build_fingerprint)}: {body}"))
     if "gpu" not in report.check_errors:
         gpu = report.gpu
         shown = "no GPU" if gpu is None else f"{gpu.name} ({gpu.arch}; MI300-class: "
@@ -124,6 +131,11 @@ def _forward_rows(check: ForwardCheck) -> list[tuple[str, Any]]:
         (f"forward, {first.case}", f"on {forward.device}: ROCM_AITER_FA {check.detail}"),
         ("  served in", configuration_line(first.configuration)),
         ("  stock's backend", f"{len(check.stock_wrong)} requests wrong"),
+        (
+            "  served without their context",
+            f"by stock: {check.stock_without_context} requests of these steps; counted by "
+            f"ROCM_AITER_FA here: {check.counted}",
+        ),
         (
             "  passes over cached context",
             f"{first['registered'].chunks} ({compared}). Each pass reads a slice of every "

@@ -27,6 +27,8 @@ INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 GATHER_NAME = "cp_mha_gather_cache"
 
 MERGE_NAME = "merge_attn_states"
+CACHE_WRITE_NAME = "triton_reshape_and_cache_flash"
+CACHE_WRITE_QUANT_NAME = "triton_reshape_and_cache_flash_per_token_head_quant"
 AITER_OPS_NAME = "rocm_aiter_ops"
 
 
@@ -311,6 +313,34 @@ class PlatformWithFp8:
         return getattr(self._platform, name)
 
 
+class PlatformAsRocm(PlatformWithFp8):
+    """vLLM's ``current_platform`` answering ``is_rocm()`` (for a Triton launch's tuning branch,
+    whose CUDA side asks the device's capability; the interpreter needs no device)."""
+
+    def __init__(self, platform: Any):
+        super().__init__(platform, platform.fp8_dtype())
+
+    def is_rocm(self) -> bool:
+        return True
+
+
+def runnable_without_split(backend_cls: Any) -> Any:
+    """A backend without the three-way split (``TRITON_ATTN``) whose impl's cache write launches
+    as on ROCm (:class:`PlatformAsRocm`); ``backend_cls`` itself where its impl needs none."""
+    from vllm.platforms import current_platform
+
+    impl_cls = backend_cls.get_impl_cls()
+    module = vars(inspect.getmodule(impl_cls))
+    writes = {name: module[name] for name in (CACHE_WRITE_NAME, CACHE_WRITE_QUANT_NAME)
+              if name in module}  # fmt: skip
+    if current_platform.is_rocm() or not writes:
+        return backend_cls
+    platform = {"current_platform": PlatformAsRocm(current_platform)}
+    replacements = {name: with_globals(write, platform) for name, write in writes.items()}
+    impl = _with_vllm_globals(impl_cls, impl_cls, replacements, "Runnable")
+    return type(backend_cls.__name__, (backend_cls,), {"get_impl_cls": staticmethod(lambda: impl)})
+
+
 def platform_globals(fp8_dtype: torch.dtype | None) -> dict[str, Any]:
     """The ``current_platform`` the impl's methods must see for an fp8 cache of ``fp8_dtype``
     (empty where the platform's own answer is that format)."""
@@ -426,8 +456,9 @@ def allocate_kv_cache(
     shuffle: bool = False,
 ) -> torch.Tensor:
     """A zeroed KV cache in the layout the backend asks for: its ``get_kv_cache_shape`` (0.20-0.28),
-    else ``[blocks, kv_heads, block_size, 2 * head_size]`` (LBHNC). Under the shuffle layout from 0.29
-    on, K and V as two dense planes of pages (``customize_spec``'s head slots, LHBNC)."""
+    else ``[blocks, kv_heads, block_size, 2 * head_size]`` in the layout vLLM picks for it
+    (``ROCM_AITER_FA``: LBHNC). Under the shuffle layout from 0.29 on, K and V as two dense
+    planes of pages (``customize_spec``'s head slots, LHBNC)."""
     if shuffle and not hasattr(backend, "get_kv_cache_shape"):
         planes = torch.zeros(
             2, num_blocks, block_size, num_kv_heads * head_size, dtype=dtype, device=device
@@ -436,10 +467,14 @@ def allocate_kv_cache(
     try:
         shape = backend.get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size)
     except (AttributeError, NotImplementedError):
-        layouts = backend.supported_kv_cache_layouts()
-        if layouts[0].name != "LBHNC":
-            raise RuntimeError(f"KV-cache layout {layouts[0].name} is not handled here") from None
-        shape = (num_blocks, num_kv_heads, block_size, 2 * head_size)
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts
+
+        # The layout vLLM's worker picks for this backend alone: the per-layer view stays
+        # logical [blocks, kv_heads, block_size, 2 * head_size], its memory in the layout's order
+        order = get_supported_kv_cache_layouts([backend])[0].layer_view_order
+        logical = (num_blocks, num_kv_heads, block_size, 2 * head_size)
+        physical = torch.zeros([logical[axis] for axis in order], dtype=dtype, device=device)
+        return physical.permute([order.index(axis) for axis in range(len(order))])
     return torch.zeros(shape, dtype=dtype, device=device)
 
 

@@ -60,6 +60,7 @@ class Outcome:
     chunks: int = 0
     largest_chunk_tokens: int = 0
     own_build: bool | None = None
+    counted: dict[str, int] | None = None  # what its builder counted (exposure); None: stock's
     unified_attention_calls: int | None = None
     rows: list[Row] = field(default_factory=list)
     error: str | None = None
@@ -71,6 +72,11 @@ class Outcome:
 
     def nan(self) -> set[str]:
         return {r.req_id for r in self.rows if r.nan}
+
+    def served_without_context(self) -> list[Row]:
+        """Its rows with context in the prefill region, whose kernel attends to the new tokens
+        only: what the exposure count counts where these are stock's regions."""
+        return [r for r in self.rows if r.region == "prefill" and r.context]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outcome:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from vllm_rocm_aiter_plugin import exposure
 from vllm_rocm_aiter_plugin.diagnostics import child, probe
 from vllm_rocm_aiter_plugin.diagnostics.forward import harness, reference_kernels
 from vllm_rocm_aiter_plugin.diagnostics.forward.cases import (
@@ -46,19 +47,22 @@ KINDS = ("stock", "plugin")
 
 
 def backend_for(kind: str) -> type:
-    """The backend class a kind runs: stock's, the plugin's, or the registered one (whatever
-    ``ROCM_AITER_FA`` resolves to once vLLM has loaded its general plugins)."""
+    """The backend class a kind runs: stock's, the plugin's, observe mode's (stock's with a
+    builder that counts), or the registered one (whatever ``ROCM_AITER_FA`` resolves to once
+    vLLM has loaded its general plugins)."""
     from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
 
-    from vllm_rocm_aiter_plugin.backend import PluginAiterFlashAttentionBackend
+    from vllm_rocm_aiter_plugin import backend
 
     if kind == "stock":
         return AiterFlashAttentionBackend
     if kind == "plugin":
-        return PluginAiterFlashAttentionBackend
+        return backend.PluginAiterFlashAttentionBackend
+    if kind == "observe":
+        return backend.ObservingAiterFlashAttentionBackend
     if kind == "registered":
         return _registered_backend()
-    raise ValueError(f"unknown kind {kind!r}; known: stock, plugin, registered")
+    raise ValueError(f"unknown kind {kind!r}; known: stock, plugin, observe, registered")
 
 
 @functools.cache
@@ -118,10 +122,13 @@ class Runner:
         from vllm_rocm_aiter_plugin.diagnostics import samples
         from vllm_rocm_aiter_plugin.diagnostics.model_runner import attention_group
 
-        runnable = harness.runnable_backend(
-            backend, self.gather, case.fp8_dtype, self.shuffle_write if case.shuffle else None,
-            self.merge,
-        )  # fmt: skip
+        if splits_three_ways(backend):
+            runnable = harness.runnable_backend(
+                backend, self.gather, case.fp8_dtype, self.shuffle_write if case.shuffle else None,
+                self.merge,
+            )  # fmt: skip
+        else:
+            runnable = harness.runnable_without_split(backend)
         config = self.config(case)
         name = samples.attention_layer(
             config,
@@ -198,16 +205,22 @@ class Runner:
         self, case: ForwardCase, kind: str, backend: type, step: StepTensors
     ) -> Outcome:
         outcome = Outcome(kind)
+        exposure.new_step()  # each backend serves the step anew
+        before = exposure.totals()
         try:
             config, layer, kv_cache, group = self.prepare(case, backend, step.num_blocks)
             meta = self.metadata(group, case, step.batch)
         except Exception as exc:
             outcome.error = f"build raises {type(exc).__name__}: {exc}"
             return outcome
+        finally:
+            outcome.counted = counted_since(before, group_builder_counts(backend))
         outcome.own_build = own_build_ran(group)
-        outcome.regions = [meta.num_decodes, meta.num_extends, meta.num_prefills]
-        outcome.chunks = chunks_of(meta)
-        if meta.extend_metadata is not None:
+        three_ways = splits_three_ways(backend)
+        if three_ways:
+            outcome.regions = [meta.num_decodes, meta.num_extends, meta.num_prefills]
+            outcome.chunks = chunks_of(meta)
+        if three_ways and meta.extend_metadata is not None:
             totals = meta.extend_metadata.chunk_context_metadata.total_token_per_batch
             outcome.largest_chunk_tokens = max(totals, default=0)
         calls_before = self.unified_attention.calls if self.unified_attention else 0
@@ -232,8 +245,9 @@ class Runner:
     def judge(
         self, case: ForwardCase, step: StepTensors, meta: Any, output: torch.Tensor
     ) -> list[Row]:
-        first_extend = meta.num_decodes
-        first_prefill = meta.num_decodes + meta.num_extends
+        # a backend without the three-way split: every row as a decode row (from the cache)
+        first_extend = getattr(meta, "num_decodes", len(step.requests))
+        first_prefill = first_extend + getattr(meta, "num_extends", 0)
         rows = []
         for row, request in enumerate(step.requests):
             got = output[step.token_rows[row]].float()
@@ -303,6 +317,29 @@ class Runner:
         if self.merge is not None:
             report.merge_calls = harness.counters(self.merge)
         report.shuffle_write_calls = harness.counters(self.shuffle_write)
+
+
+def splits_three_ways(backend: type) -> bool:
+    """Whether ``backend`` is ``ROCM_AITER_FA`` (stock's, the plugin's, a control's): decodes,
+    extends and prefills; any other (``TRITON_ATTN``): :func:`.harness.runnable_without_split`."""
+    from vllm.v1.attention.backends.rocm_aiter_fa import AiterFlashAttentionBackend
+
+    return issubclass(backend, AiterFlashAttentionBackend)
+
+
+def group_builder_counts(backend: Any) -> bool:
+    """Whether ``backend``'s builder counts the exposure (the plugin's, observe mode's)."""
+    from vllm_rocm_aiter_plugin.builder import CountingAiterFlashAttentionMetadataBuilder
+
+    return issubclass(backend.get_builder_cls(), CountingAiterFlashAttentionMetadataBuilder)
+
+
+def counted_since(before: dict[str, Any], counts: bool) -> dict[str, int] | None:
+    """What the exposure totals gained since ``before``; None for a builder that never counts."""
+    if not counts:
+        return None
+    now = exposure.totals()
+    return {key: now[key] - before[key] for key in ("request_steps", "context_tokens")}
 
 
 def own_build_ran(group: Any) -> bool | None:

@@ -39,7 +39,8 @@ def runnable() -> type:
     _process_lifetime.enter_context(reference_kernels.installed(unified_attention))
     kernel, _ = harness.vllm_rocm_kernel(harness.GATHER_NAME)
     gather = harness.Gather(kernel, GATHER_BUDGET)
-    _state.update(backend=backend.__module__, unified_attention=unified_attention, gather=gather)
+    _state.update(backend=f"{backend.__module__}.{backend.__qualname__}",
+                  unified_attention=unified_attention, gather=gather)  # fmt: skip
     runnable_backend = harness.runnable_backend(backend, gather)
     impl = _counted(runnable_backend.get_impl_cls())
     builder = _unpinned(runnable_backend.get_builder_cls())
