@@ -44,7 +44,21 @@ def _complete(url: str, prompt: list[int]) -> None:
         assert response.status == 200
 
 
+def _missing_for_serve() -> str | None:
+    """The package ``vllm serve``'s command line imports and this environment lacks, or None.
+    vLLM 0.23.0's imports mistral_common (its Mistral tool parser), whose releases on the package
+    index require numpy<2.4, below the suite's lock; the engine tier's CI release has all of them."""
+    done = subprocess.run([sys.executable, "-c", "import vllm.entrypoints.cli.launch"],
+                          capture_output=True, text=True, env=scrubbed_env(ENGINE_ENV),
+                          stdin=subprocess.DEVNULL, timeout=300)  # fmt: skip
+    missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", done.stderr)
+    return missing.group(1) if missing and missing.group(1) != "vllm" else None
+
+
 def test_metrics_equal_the_log_lines_totals_after_exposed_rows(tmp_path: Path) -> None:
+    missing = _missing_for_serve()
+    if missing is not None:
+        pytest.skip(f"vllm serve cannot start in this environment: it imports {missing}")
     save_models(tmp_path)
     port, log = _port(), tmp_path / "serve.log"
     env = scrubbed_env({**ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
