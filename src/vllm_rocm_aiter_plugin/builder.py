@@ -146,20 +146,14 @@ def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return host.to(device, non_blocking=True)
 
 
-class CountingAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
-    """A ROCM_AITER_FA builder whose builds count the requests stock's split serves without
-    their context (:mod:`.exposure`): the plugin's and observe mode's."""
-
-    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> Any:
-        with exposure.not_counted():  # a capture is not a step
-            return super().build_for_cudagraph_capture(common_attn_metadata)
-
-
-class PluginAiterFlashAttentionMetadataBuilder(CountingAiterFlashAttentionMetadataBuilder):
-    """vLLM's ROCM_AITER_FA metadata builder, splitting batches with the plugin's split."""
+class PluginAiterFlashAttentionMetadataBuilder(AiterFlashAttentionMetadataBuilder):
+    """vLLM's ROCM_AITER_FA metadata builder, splitting batches with the plugin's split; each
+    build counts the requests stock's split serves without their context (:mod:`.exposure`)."""
 
     vllm_build = staticmethod(_vllm_build_with_plugin_split())
     """The installed vLLM's ``build()`` code with the plugin's split (off the own build)."""
+    observed = False
+    """Whether the counted requests are served as stock serves them (observe mode)."""
 
     def __init__(self, *args: Any, own_build: bool | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -184,8 +178,12 @@ class PluginAiterFlashAttentionMetadataBuilder(CountingAiterFlashAttentionMetada
     ) -> AiterFlashAttentionMetadata:
         if self.runs_own_build():
             return self._own_build(common_prefix_len, common_attn_metadata)
-        count(self, common_attn_metadata, observed=False)
+        count(self, common_attn_metadata, observed=self.observed)
         return self.vllm_build(self, common_prefix_len, common_attn_metadata, fast_build)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> Any:
+        with exposure.not_counted():  # a capture is not a step
+            return super().build_for_cudagraph_capture(common_attn_metadata)
 
     def runs_own_build(self) -> bool:
         """Whether :meth:`build` runs the own build: ``own_build``, except under the shuffle
@@ -432,18 +430,16 @@ def count(
     exposure.record(split, observed, builder.vllm_config.parallel_config.data_parallel_rank)
 
 
-class ObservingAiterFlashAttentionMetadataBuilder(CountingAiterFlashAttentionMetadataBuilder):
-    """Stock's builder, unchanged, that counts the requests its split serves without their
-    context (``VLLM_ROCM_AITER_PLUGIN=observe``)."""
+class ObservingAiterFlashAttentionMetadataBuilder(PluginAiterFlashAttentionMetadataBuilder):
+    """Stock's builder: vLLM's ``build()`` unchanged (stock's split, never the own build),
+    counting the requests its split serves without their context
+    (``VLLM_ROCM_AITER_PLUGIN=observe``)."""
 
-    def build(
-        self,
-        common_prefix_len: int,
-        common_attn_metadata: CommonAttentionMetadata,
-        fast_build: bool = False,
-    ) -> AiterFlashAttentionMetadata:
-        count(self, common_attn_metadata, observed=True)
-        return super().build(common_prefix_len, common_attn_metadata, fast_build)
+    vllm_build = staticmethod(AiterFlashAttentionMetadataBuilder.build)
+    observed = True
+
+    def runs_own_build(self) -> bool:
+        return False
 
 
 def token_to_request(cu_chunk: torch.Tensor, width: int) -> torch.Tensor:

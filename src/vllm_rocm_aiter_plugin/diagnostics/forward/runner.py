@@ -329,9 +329,9 @@ def splits_three_ways(backend: type) -> bool:
 
 def group_builder_counts(backend: Any) -> bool:
     """Whether ``backend``'s builder counts the exposure (the plugin's, observe mode's)."""
-    from vllm_rocm_aiter_plugin.builder import CountingAiterFlashAttentionMetadataBuilder
+    from vllm_rocm_aiter_plugin.builder import PluginAiterFlashAttentionMetadataBuilder
 
-    return issubclass(backend.get_builder_cls(), CountingAiterFlashAttentionMetadataBuilder)
+    return issubclass(backend.get_builder_cls(), PluginAiterFlashAttentionMetadataBuilder)
 
 
 def counted_since(before: dict[str, Any], counts: bool) -> dict[str, int] | None:
