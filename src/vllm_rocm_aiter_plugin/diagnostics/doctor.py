@@ -39,6 +39,7 @@ class Versions:
     torch_cuda: str | None
     vllm_build_fingerprint: str | None = None  # of ROCM_AITER_FA's build() source
     own_build: bool = False  # whether the plugin's own build body runs here (a verified source)
+    builder_error: str | None = None  # why the plugin's builder does not import here
 
 
 @dataclass
@@ -97,14 +98,20 @@ class DoctorReport:
 def check_versions() -> Versions:
     import torch
 
-    from vllm_rocm_aiter_plugin import __version__, builder, releases
+    from vllm_rocm_aiter_plugin import __version__, releases
     from vllm_rocm_aiter_plugin.registration import vllm_version_for_policy
 
     vllm_version, build_verified = vllm_version_for_policy()
-    try:
-        fingerprint: str | None = builder.build_fingerprint()
+    fingerprint, own_build, builder_error = None, False, None
+    try:  # imports vLLM's ROCM_AITER_FA module, which imports AITER on some releases under ROCm
+        from vllm_rocm_aiter_plugin import builder
+
+        own_build = builder.own_build_default()
+        fingerprint = builder.build_fingerprint()
     except (OSError, TypeError):  # no source to read
-        fingerprint = None
+        pass
+    except Exception as exc:  # the resolution check reports what this means for the backend
+        builder_error = f"{type(exc).__name__}: {exc}"
     return Versions(
         plugin=__version__,
         vllm=vllm_version,
@@ -114,7 +121,8 @@ def check_versions() -> Versions:
         torch_hip=getattr(torch.version, "hip", None),
         torch_cuda=getattr(torch.version, "cuda", None),
         vllm_build_fingerprint=fingerprint,
-        own_build=builder.own_build_default(),
+        own_build=own_build,
+        builder_error=builder_error,
     )
 
 

@@ -69,7 +69,9 @@ def _rows(report: DoctorReport) -> list[tuple[str, Any]]:
         rows.append(("vLLM", f"{v.vllm} (tested {'-'.join(v.vllm_tested_range)}: {in_range})"))
         rows.append(("torch", f"{v.torch} (HIP {_fmt(v.torch_hip)}, CUDA {_fmt(v.torch_cuda)})"))
         body = (
-            "the plugin's own build body runs (a verified build() source)"
+            f"the plugin's builder does not import here ({v.builder_error})"
+            if v.builder_error
+            else "the plugin's own build body runs (a verified build() source)"
             if v.own_build
             else "vLLM's build() code runs, with the plugin's split (a build() source the plugin "
             "has not verified, or switched off)"
