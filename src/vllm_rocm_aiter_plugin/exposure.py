@@ -1,6 +1,6 @@
 """How many requests stock vLLM's split serves without their cached context, counted where the
 metadata is built: once per step, on tensor-parallel rank 0 of the first pipeline stage, never
-while a CUDA graph is captured. Said in the log at vLLM's stats cadence, and at the same moment
+while a CUDA graph is captured. Said in the log at vLLM's stats cadence and at exit, and then
 handed to ``/metrics`` through a file the API server's stat logger reads (:mod:`.metrics`): the
 metrics equal the log's totals. :func:`totals` returns them in process (``LLM.collective_rpc``).
 """
@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import functools
 import json
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -45,6 +46,7 @@ _last_step: tuple[bytes, bytes] | None = None
 _latest: tuple[int, int] = (0, 0)  # the last counted step's requests and tokens
 _last_said = 0.0  # the monotonic time of the last log line
 _timer: threading.Timer | None = None
+_exit_finalizer_pid: int | None = None  # the process whose exit says a pending line
 _capturing = threading.local()
 _rank_counts: bool | None = None
 
@@ -163,9 +165,29 @@ def _say_later(engine: int) -> None:
                 _timer = threading.Timer(wait, _say, args=(engine,))
                 _timer.daemon = True
                 _timer.start()
+                _say_pending_at_exit()
             return
         _last_said = time.monotonic()
     _say(engine)
+
+
+def _say_pending_at_exit() -> None:
+    """Have this process say a pending line when it exits (its last interval's counts would be
+    lost with the daemon timer): through multiprocessing's exit finalizers, which run in the main
+    process and in vLLM's engine and worker processes, forked or spawned (a forked child runs no
+    ``atexit`` hook and starts with no finalizer of its parent's)."""
+    global _exit_finalizer_pid
+    if _exit_finalizer_pid != os.getpid():
+        _exit_finalizer_pid = os.getpid()
+        multiprocessing.util.Finalize(None, _say_pending, exitpriority=0)
+
+
+def _say_pending() -> None:
+    with _lock:
+        pending = _timer
+    if pending is not None:
+        pending.cancel()
+        _say(*pending.args)
 
 
 def _say(engine: int) -> None:

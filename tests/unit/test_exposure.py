@@ -91,6 +91,45 @@ def test_the_stat_logger_adds_what_the_counting_process_wrote():
     assert done.result == [[1, 1, 8192], [1, 1, 8192], [2, 2, 8192 + 8992]]
 
 
+COUNTING_PROCESS = """
+import logging, os
+os.environ["VLLM_LOG_STATS_INTERVAL"] = "60"  # the second step's line is pending at exit
+from vllm_rocm_aiter_plugin import exposure, split
+from vllm_rocm_aiter_plugin.diagnostics import samples
+from vllm_rocm_aiter_plugin.log import logger
+class Said(logging.Handler):
+    def emit(self, record):
+        print(PROCESS, record.getMessage(), flush=True)
+logger().addHandler(Said())
+logger().setLevel(logging.INFO)  # a spawned process starts with the root logger's WARNING
+for seq_lens in ([901, 50, 8992], [902, 50, 9792]):
+    exposure.record(split.split_batch(samples.make_batch([1, 50, 800], seq_lens), 1), False)
+"""
+
+
+def test_a_process_says_its_last_intervals_counts_when_it_exits():
+    """A short job's last steps are in its totals: the line pending at exit is said then, by the
+    process itself and by a forked or spawned child (how vLLM starts its engine and workers)."""
+    done = run_child(
+        textwrap.dedent(f"""
+        import multiprocessing
+        code = {COUNTING_PROCESS!r}
+        for method in ("fork", "spawn"):
+            context = multiprocessing.get_context(method)
+            process = context.Process(target=exec, args=(code, {{"PROCESS": method}}))
+            process.start()
+            process.join()
+        exec(code, {{"PROCESS": "main"}})
+        report({{}})
+        """)
+    )
+    for process in ("fork", "spawn", "main"):
+        said = [line for line in done.output.splitlines() if line.startswith(process + " ")]
+        assert len(said) == 2, (process, done.output[-3000:])
+        assert "8992 cached tokens" in said[1], said
+        assert "Since start: 2 request-steps in 2 steps, 17184 cached tokens" in said[1], said
+
+
 def test_the_first_process_names_a_folder_for_its_children_and_removes_it_at_exit():
     done = run_child(
         textwrap.dedent("""
