@@ -1,5 +1,5 @@
 """Markdown tables of the serving trace's results: printed by ``benchmarks/serving_trace.py`` and
-written into ``docs/performance.md`` by ``scripts/docs_tables.py``. Standard library only."""
+written into the docs by cog (``bash scripts/nox -s docs``). Standard library only."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def verified_release() -> str | None:
 def own_build_default(environ: Mapping[str, str] | None = None) -> bool:
     """Whether builders created now run the own build unless told otherwise: a verified build()
     source and not switched off (``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD``, :mod:`.envs`). ``force``
-    runs it on an unverified source too: ``scripts/verify_release.py`` does that, to verify a
+    runs it on an unverified source too: ``bash scripts/nox -s verify`` does that, to verify a
     release."""
     setting = envs.read(envs.OWN_BUILD, environ).value
     if setting is envs.Switch.FORCE:

@@ -275,7 +275,7 @@ def test_the_installed_build_fingerprint_is_labelled_with_this_release():
 def test_the_builder_body_is_the_argument_else_the_default(builder_pairs, fallback_builder_pairs):
     """Builders constructed with ``own_build=False`` run vLLM's build() code (through the
     plugin's split); the others run the own build where it is verified (or forced, by
-    ``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=force``, as scripts/verify_release.py does), and not
+    ``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=force``, as ``bash scripts/nox -s verify`` does), and not
     with ``VLLM_ROCM_AITER_PLUGIN_OWN_BUILD=0``."""
     assert not any(plugin.runs_own_build() for _, plugin in fallback_builder_pairs.values())
     default = builder_module.own_build_default()
