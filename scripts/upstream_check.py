@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from xml.etree import ElementTree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,8 +221,16 @@ def main(argv: list[str]) -> int:
 
     apply_patch(tests_only_tree, patch, "tests/*")
     tests = ["tests/v1/attention/"]
-    stock = vllm_tests(stock_tree, tests, os.path.join(WORK, "junit-stock.xml"))
-    patched = vllm_tests(patched_tree, tests, os.path.join(WORK, "junit-patched.xml"))
+    # Each check runs in processes of its own: as many at once as the machine has cores
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        forward_run = pool.submit(in_tree, patched_tree, FORWARD)
+        runs = {
+            name: pool.submit(vllm_tests, tree, tests, os.path.join(WORK, f"junit-{name}.xml"))
+            for name, tree in (("stock", stock_tree), ("patched", patched_tree),
+                               ("tests-only", tests_only_tree))
+        }  # fmt: skip
+        probes = [pool.submit(in_tree, tree, PROBES) for tree in (stock_tree, patched_tree)]
+    stock, patched = runs["stock"].result(), runs["patched"].result()
     runs_on_cpu = sorted(name for name, outcome in stock.items() if outcome == "passed")
     broken = [name for name in runs_on_cpu if patched.get(name) != "passed"]
     new = sorted(set(patched) - set(stock))
@@ -234,7 +243,7 @@ def main(argv: list[str]) -> int:
         f"{len(runs_on_cpu) - len(broken)} of them pass"
         + (f" (broken: {', '.join(broken[:5])})" if broken else ""),
     )
-    unfixed = vllm_tests(tests_only_tree, tests, os.path.join(WORK, "junit-tests-only.xml"))
+    unfixed = runs["tests-only"].result()
     caught = [name for name in new if patched[name] == "passed" and unfixed.get(name) != "passed"]
     ok &= say(
         "the regression tests on unpatched vLLM",
@@ -251,7 +260,7 @@ def main(argv: list[str]) -> int:
            if new_failing else ""),
     )  # fmt: skip
 
-    forward = in_tree(patched_tree, FORWARD)
+    forward = forward_run.result()
     wrong = {}
     for case in forward["cases"]:
         if case["not_applicable"]:  # a case this release cannot build says why; nothing to judge
@@ -281,7 +290,7 @@ def main(argv: list[str]) -> int:
         else f"wrong: {wrong}",
     )
 
-    before, after = in_tree(stock_tree, PROBES), in_tree(patched_tree, PROBES)
+    before, after = (probe.result() for probe in probes)
     ok &= say(
         "doctor's probes",
         before["drops_context"] and not after["drops_context"] and after["vllm_file"].startswith(
