@@ -324,7 +324,7 @@ def _without_vllm(session: nox.Session, python: str, tree: str, wheel: str) -> N
         shutil.rmtree(venv, ignore_errors=True)
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_backend="none", allow_parallel=True)
 def pythons(session: nox.Session) -> None:
     """On each Python the metadata claims that this machine has: the tree byte-compiles and the
     tests that need neither torch nor vLLM pass against the plugin's wheel. Says which it ran."""
@@ -343,7 +343,7 @@ def pythons(session: nox.Session) -> None:
         session.error("no Python the metadata claims is on this machine")
 
 
-@nox.session(name="cpu-only")
+@nox.session(name="cpu-only", allow_parallel=True)
 @_removed_after_under_ci
 def cpu_only(session: nox.Session) -> None:
     install_torch(session)
@@ -689,7 +689,7 @@ def docs(session: nox.Session) -> None:
     _cog(session, "-r")
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 @_removed_after_under_ci
 def upstream(session: nox.Session) -> None:
     """The upstream patch (docs/upstream/) against vLLM's own sources, tests and the forward tier."""
