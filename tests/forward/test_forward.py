@@ -29,7 +29,8 @@ def report(request: pytest.FixtureRequest) -> ForwardReport:
     result = forward_child.tier_report_or_skip()
     used = result.unified_attention
     summary_lines(request.config).append(
-        f"forward tier: unified_attention: {used['kernel']}; {used['calls']} calls; "
+        f"forward tier: unified_attention: {used['kernel']}; {used['calls']} calls "
+        f"({used.get('repeated_calls', 0)} repeating an earlier call's inputs); "
         f"largest |kernel - reference| {used.get('cross_check_largest_error')}"
     )
     return result

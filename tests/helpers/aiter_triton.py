@@ -6,6 +6,7 @@ the commands run.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -41,11 +42,28 @@ def agreement(got: torch.Tensor, want: torch.Tensor) -> tuple[float, bool]:
     return float(error.max()) if error.numel() else 0.0, bool((error <= bound).all())
 
 
+def _digest(arguments: dict[str, Any]) -> bytes:
+    """The kernel's inputs, by value: each tensor's dtype, shape and contents, the rest by repr."""
+    digest = hashlib.blake2b(digest_size=32)
+    for name, value in sorted(arguments.items()):
+        digest.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
+            bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+            # numpy reads any strides (0 included); an integer view of the same width keeps them
+            digest.update(value.detach().view(bits[value.element_size()]).numpy().tobytes())
+        else:
+            digest.update(repr(value).encode())
+    return digest.digest()
+
+
 @dataclass
 class AiterUnifiedAttention(UnifiedAttention):
     """AITER's kernel as the forward runs it: bf16 calls widened to float32 (above), every call
     also run through the torch reference on the same inputs and the two outputs compared
-    (:func:`agreement`)."""
+    (:func:`agreement`). The interpreter is deterministic: a call whose inputs equal an earlier
+    call's (stock, the plugin and observe mode make the same decode calls) gets that run's
+    output, where that run wrote every element of its output with a number (:meth:`run`)."""
 
     widen_bf16: bool = True
     reference: Callable[..., None] | None = None  # None: reference_kernels.unified_attention
@@ -55,6 +73,8 @@ class AiterUnifiedAttention(UnifiedAttention):
     bf16_widened_calls: int = 0
     fp8_cache_calls: int = 0
     checks: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[bytes, torch.Tensor] = field(default_factory=dict, repr=False)
+    repeated_calls: int = 0
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  **kwargs: Any) -> None:  # fmt: skip
@@ -73,14 +93,36 @@ class AiterUnifiedAttention(UnifiedAttention):
             self.bf16_widened_calls += widen_q
             wide = out.float()  # rows the kernel does not write keep what the caller's buffer held
             caches = (k.float(), v.float()) if widen_caches else (k, v)
-            self.function(q=q.float(), k=caches[0], v=caches[1], out=wide, **kwargs)
+            self.run(q=q.float(), k=caches[0], v=caches[1], out=wide, **kwargs)
             out.copy_(wide)
         else:
-            self.function(q=q, k=k, v=v, out=out, **kwargs)
+            self.run(q=q, k=k, v=v, out=out, **kwargs)
         (self.reference or reference_kernels.unified_attention)(q, k, v, before, **kwargs)
         error, agrees = agreement(out, before)
         self.checks.append({"dtype": str(q.dtype).removeprefix("torch."), "error": error,
                             "agrees": agrees, "seqs": len(kwargs["seqused_k"])})  # fmt: skip
+
+    def run(self, out: torch.Tensor, **inputs: Any) -> None:
+        """The kernel on ``inputs`` into ``out``, once per distinct ``inputs``: the first run
+        writes into a NaN-filled buffer; if no NaN is left (every element written, none made
+        NaN) its output is kept for a later call with equal inputs, otherwise the kernel runs
+        again into ``out`` itself (what it leaves unwritten keeps the caller's values)."""
+        if out.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            self.function(out=out, **inputs)
+            return
+        key = _digest(inputs)
+        kept = self.outputs.get(key)
+        if kept is not None and kept.shape == out.shape and kept.dtype == out.dtype:
+            self.repeated_calls += 1
+            out.copy_(kept)
+            return
+        written = torch.full_like(out, float("nan"))
+        self.function(out=written, **inputs)
+        if written.isnan().any():
+            self.function(out=out, **inputs)
+            return
+        self.outputs[key] = written
+        out.copy_(written)
 
     @contextlib.contextmanager
     def reference_alone(self) -> Iterator[None]:
@@ -102,6 +144,7 @@ class AiterUnifiedAttention(UnifiedAttention):
             "fp8_cache_calls": self.fp8_cache_calls,
             "cross_checked_calls": len(self.checks),
             "reference_only_calls": self.reference_only_calls,
+            "repeated_calls": self.repeated_calls,
             "cross_check_disagreements": sum(not c["agrees"] for c in self.checks),
             "cross_check_largest_error": largest,
         }

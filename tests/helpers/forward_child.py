@@ -179,7 +179,7 @@ def run_in_child(tier: TierRequest) -> ForwardReport:
 
 
 COUNTED = ("calls", "bf16_widened_calls", "fp8_cache_calls", "cross_checked_calls",
-           "reference_only_calls", "cross_check_disagreements")  # fmt: skip
+           "reference_only_calls", "repeated_calls", "cross_check_disagreements")  # fmt: skip
 
 
 def merged(first: ForwardReport, second: ForwardReport) -> ForwardReport:
