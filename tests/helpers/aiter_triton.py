@@ -61,14 +61,16 @@ def _digest(arguments: dict[str, Any]) -> bytes:
 class AiterUnifiedAttention(UnifiedAttention):
     """AITER's kernel as the forward runs it: bf16 calls widened to float32 (above), every call
     also run through the torch reference on the same inputs and the two outputs compared
-    (:func:`agreement`). The interpreter is deterministic: a call whose inputs equal an earlier
-    call's (stock, the plugin and observe mode make the same decode calls) gets that run's
-    output, where that run wrote every element of its output with a number (:meth:`run`)."""
+    (:func:`agreement`). The interpreter is deterministic: with ``reuse`` (the forward tier, where
+    stock, the plugin and observe mode make the same decode calls) a call whose inputs equal an
+    earlier call's gets that run's output, where that run wrote every element of its output with
+    a number (:meth:`run`)."""
 
     widen_bf16: bool = True
     reference: Callable[..., None] | None = None  # None: reference_kernels.unified_attention
     widen_fp8_caches: bool = False  # a mutation only: what a careless widening does
     budget: int | None = None  # after this many calls, the reference alone (the engine tier)
+    reuse: bool = False  # off in the engine tier: its calls never repeat, its caches are large
     reference_only_calls: int = 0
     bf16_widened_calls: int = 0
     fp8_cache_calls: int = 0
@@ -107,7 +109,7 @@ class AiterUnifiedAttention(UnifiedAttention):
         writes into a NaN-filled buffer; if no NaN is left (every element written, none made
         NaN) its output is kept for a later call with equal inputs, otherwise the kernel runs
         again into ``out`` itself (what it leaves unwritten keeps the caller's values)."""
-        if out.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        if not self.reuse or out.dtype not in (torch.float16, torch.bfloat16, torch.float32):
             self.function(out=out, **inputs)
             return
         key = _digest(inputs)
@@ -217,10 +219,10 @@ def aiter_root() -> Path | None:
 
 
 def load_unified_attention(
-    budget: int | None = None,
+    budget: int | None = None, reuse: bool = False
 ) -> tuple[AiterUnifiedAttention | None, str]:
     """AITER's ``unified_attention`` ready to run in this CPU process (on its first ``budget``
-    calls, None: all), or None and why not."""
+    calls, None: all; ``reuse``: see :class:`AiterUnifiedAttention`), or None and why not."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return None, "AITER's Triton kernels run on CPU only under TRITON_INTERPRET=1"
     root = aiter_root()
@@ -243,4 +245,5 @@ def load_unified_attention(
         f"AITER's Triton unified_attention ({_distribution()}, {root}), "
         "under the Triton interpreter"
     )
-    return AiterUnifiedAttention(function, origin, is_aiter=True, budget=budget), origin
+    kernel = AiterUnifiedAttention(function, origin, is_aiter=True, budget=budget, reuse=reuse)
+    return kernel, origin

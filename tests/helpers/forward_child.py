@@ -102,13 +102,15 @@ def extra_backends(tier: TierRequest, name: str) -> dict[str, type]:
     }
 
 
-def unified_attention(device: torch.device, aiter_kernel: bool, budget: int | None = None) -> Any:
-    """AITER's own Triton kernel on CPU where its wheel loads (on its first ``budget`` calls);
-    else the shipped default."""
+def unified_attention(
+    device: torch.device, aiter_kernel: bool, budget: int | None = None, reuse: bool = False
+) -> Any:
+    """AITER's own Triton kernel on CPU where its wheel loads (on its first ``budget`` calls;
+    ``reuse``: ``aiter_triton.AiterUnifiedAttention``'s); else the shipped default."""
     if device.type == "cpu" and aiter_kernel:
         from tests.helpers.aiter_triton import load_unified_attention
 
-        kernel, why_not = load_unified_attention(budget)
+        kernel, why_not = load_unified_attention(budget, reuse)
         if kernel is not None:
             return kernel
         default = runner.unified_attention_for(device)
@@ -131,7 +133,7 @@ def run(tier: TierRequest) -> ForwardReport:
         return ForwardReport(vllm=vllm.__version__, unavailable=unavailable)
     backends = {kind: runner.backend_for(kind) for kind in request.kinds}
     cases = [*request.cases, *(scheduler_trace.scheduler_cases() if tier.scheduler_steps else [])]
-    kernel = unified_attention(device, tier.aiter_kernel)
+    kernel = unified_attention(device, tier.aiter_kernel, reuse=True)
     with runner.forward_environment(device, request.kernel_budget, kernel) as forward:
         report = forward.report()
         report.cases = [
@@ -146,7 +148,7 @@ def run(tier: TierRequest) -> ForwardReport:
 
     for name, names in tier.mutations.items():
         on_aiter = tier.aiter_kernel and name not in forward_mutations.OF_THE_REFERENCE
-        kernel = unified_attention(device, on_aiter)
+        kernel = unified_attention(device, on_aiter, reuse=True)
         with (
             forward_mutations.planted(name, kernel),
             runner.forward_environment(device, request.kernel_budget, kernel) as forward,
